@@ -1,0 +1,21 @@
+"""streamstop: incremental stop-string filtering for LLM token streams.
+
+The core (:class:`StopAutomaton`, :class:`StopBuffer`, :func:`split_safe`, :func:`truncate`) is
+sans-I/O; :class:`StopStream` and :class:`SyncStopStream` are thin loops around it.
+"""
+
+from ._automaton import StopAutomaton, StopMatch, Stops
+from ._buffer import StopBuffer
+from ._stream import StopStream, SyncStopStream
+from ._text import split_safe, truncate
+
+__all__ = [
+    "StopAutomaton",
+    "StopBuffer",
+    "StopMatch",
+    "StopStream",
+    "Stops",
+    "SyncStopStream",
+    "split_safe",
+    "truncate",
+]

@@ -1,0 +1,277 @@
+"""The stop-string automaton: an Aho-Corasick trie with failure links, run as a lazy DFA.
+
+Rules of this module (everything about matching lives here):
+
+- A *state* is a node of the trie, identified by an ``int``; state 0 is the root (the empty
+  string). After reading text, the state is the longest suffix of that text which is a prefix
+  of some stop. So the text a buffer must hold back is exactly the state's string: the buffer
+  stores one ``int`` per stream, never the text itself.
+- A stop *completes* at the first position where the state's string has a stop as a suffix
+  (earliest end). If several stops end there, the longest wins: it is the longest stop that is
+  a suffix of the state's string, precomputed per state in ``_match_length``.
+- Transitions are computed from the trie and failure links the first time they are taken and
+  then cached per state (a lazy DFA), so each character costs one dict lookup whatever the
+  number of stops. The cache is shared by every stream using the automaton and is bounded.
+- Where text cannot contain a stop at all, C-level string operations skip it: a compiled
+  character class finds the next character that can start a stop.
+
+Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TypeAlias, Union
+
+__all__ = ["StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
+
+Stops: TypeAlias = Union[None, str, Iterable[str]]
+
+# Lazily computed transitions are cached until the whole automaton holds this many, so that a
+# long-lived server fed adversarial text (every Unicode character, every state) stays bounded.
+# Past the limit transitions are still correct, only recomputed each time.
+_TRANSITION_CACHE_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StopMatch:
+    """A completed stop in some text: ``text[start:end] == stop``."""
+
+    start: int
+    end: int
+    stop: str
+
+
+def normalize_stops(stops: Stops) -> tuple[str, ...]:
+    """Return the distinct non-empty stops, in first-seen order.
+
+    ``None`` means no stops; a single ``str`` is one stop; otherwise every item must be a
+    ``str``. Empty strings are dropped (an empty stop would match before any text).
+
+    >>> normalize_stops(["</s>", "", "</s>", "###"])
+    ('</s>', '###')
+    """
+    if stops is None:
+        return ()
+    if isinstance(stops, str):
+        return (stops,) if stops else ()
+    if isinstance(stops, (bytes, bytearray, memoryview)):
+        raise TypeError(f"stops must be str or an iterable of str, not bytes: {stops!r}")
+    try:
+        items = iter(stops)
+    except TypeError:
+        raise TypeError(
+            f"stops must be None, a str or an iterable of str, not {type(stops).__name__}: "
+            f"{stops!r}"
+        ) from None
+    seen: dict[str, None] = {}
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"every stop must be a str, got {type(item).__name__}: {item!r}")
+        if item:
+            seen[item] = None
+    return tuple(seen)
+
+
+class StopAutomaton:
+    """Aho-Corasick automaton over a set of stop strings; build once, share between streams.
+
+    Which stop wins, with stops ``["abcd", "bc"]`` and text ``"abcd"``: ``"bc"`` completes at
+    offset 3, before ``"abcd"`` does at 4, so the match is ``[1, 3)``. With stops
+    ``["b", "ab"]`` and text ``"ab"``, both end at offset 2 and the longer, ``"ab"``, wins:
+
+    >>> StopAutomaton(["abcd", "bc"]).find("abcd")
+    StopMatch(start=1, end=3, stop='bc')
+    >>> StopAutomaton(["b", "ab"]).find("ab")
+    StopMatch(start=0, end=2, stop='ab')
+
+    The automaton holds no per-stream state and is safe to share; :meth:`from_stops` caches
+    automata by stop set.
+    """
+
+    __slots__ = (
+        "_cached_transitions",
+        "_depth",
+        "_fail",
+        "_goto",
+        "_hold_length",
+        "_match_length",
+        "_prefix",
+        "_start_chars",
+        "_start_search",
+        "_transitions",
+        "max_stop_length",
+        "stops",
+    )
+
+    stops: tuple[str, ...]
+    max_stop_length: int
+
+    def __init__(self, stops: Stops) -> None:
+        self.stops = normalize_stops(stops)
+        self.max_stop_length = max(map(len, self.stops), default=0)
+
+        goto: list[dict[str, int]] = [{}]
+        prefix = [""]
+        for stop in self.stops:
+            state = 0
+            for char in stop:
+                following = goto[state].get(char)
+                if following is None:
+                    following = len(goto)
+                    goto[state][char] = following
+                    goto.append({})
+                    prefix.append(prefix[state] + char)
+                state = following
+
+        stop_set = frozenset(self.stops)
+        fail = [0] * len(goto)
+        match_length = [0] * len(goto)
+        hold_length = [0] * len(goto)
+        # Breadth-first, so that a state's failure target (a shorter string) is finished first.
+        order = [0]
+        for state in order:
+            for char, child in goto[state].items():
+                if state:
+                    target = fail[state]
+                    while target and char not in goto[target]:
+                        target = fail[target]
+                    fail[child] = goto[target].get(char, 0)
+                order.append(child)
+            if state:
+                # The longest stop that is a suffix of this state's string: the state itself if
+                # it is a stop (no suffix is longer), otherwise the answer for its failure state.
+                match_length[state] = (
+                    len(prefix[state]) if prefix[state] in stop_set else match_length[fail[state]]
+                )
+                # The longest suffix that is a *proper* prefix of some stop: the first state on
+                # the failure chain that still has children.
+                hold_length[state] = (
+                    len(prefix[state]) if goto[state] else hold_length[fail[state]]
+                )
+
+        self._goto = goto
+        self._fail = fail
+        self._prefix = prefix
+        self._depth = [len(p) for p in prefix]
+        self._match_length = match_length
+        self._hold_length = hold_length
+        # The lazy DFA starts as the trie; missing entries are filled in by _step().
+        self._transitions = [dict(edges) for edges in goto]
+        self._cached_transitions = sum(map(len, goto))
+        self._start_chars = frozenset(goto[0])
+        self._start_search = (
+            re.compile("[" + "".join(re.escape(c) for c in sorted(goto[0])) + "]").search
+            if goto[0]
+            else None
+        )
+
+    @classmethod
+    def from_stops(cls, stops: Stops | StopAutomaton) -> StopAutomaton:
+        """Return a shared automaton for ``stops`` (an LRU cache keyed by the stop set).
+
+        An automaton passed in is returned as it is, so callers accept either.
+        """
+        if isinstance(stops, StopAutomaton):
+            return stops
+        # Sorted, so that the same set in another order shares one automaton: which stop wins
+        # never depends on the order of the list.
+        return _cached_automaton(tuple(sorted(normalize_stops(stops))))
+
+    def __repr__(self) -> str:
+        return f"StopAutomaton({list(self.stops)!r})"
+
+    def __len__(self) -> int:
+        """The number of distinct stops."""
+        return len(self.stops)
+
+    # -- running the automaton ---------------------------------------------------------------
+
+    def _step(self, state: int, char: str) -> int:
+        """The slow path of a transition: follow failure links, then cache the result."""
+        goto = self._goto
+        fail = self._fail
+        target = state
+        while target and char not in goto[target]:
+            target = fail[target]
+        following = goto[target].get(char, 0)
+        if self._cached_transitions < _TRANSITION_CACHE_LIMIT:
+            self._transitions[state][char] = following
+            self._cached_transitions += 1
+        return following
+
+    def scan(self, state: int, text: str) -> tuple[int, int]:
+        """Run ``text`` from ``state``; stop at the first completed stop.
+
+        Returns ``(state, end)``: ``end`` is the offset in ``text`` just past the completed
+        stop, or ``-1`` if none completed (then ``state`` is the state after all of ``text``).
+        The completed stop is ``self.match_length(state)`` characters long and may begin
+        before ``text`` (in the text that led to the initial ``state``).
+        """
+        transitions = self._transitions
+        match_length = self._match_length
+        start_search = self._start_search
+        if start_search is None:
+            return 0, -1
+        position = 0
+        length = len(text)
+        while position < length:
+            if not state:
+                # At the root nothing is pending: jump, in C, to the next character that can
+                # begin a stop. Most of a typical text is skipped here.
+                found = start_search(text, position)
+                if found is None:
+                    return 0, -1
+                position = found.start()
+            char = text[position]
+            position += 1
+            following = transitions[state].get(char)
+            state = self._step(state, char) if following is None else following
+            if match_length[state]:
+                return state, position
+        return state, -1
+
+    def run(self, state: int, text: str) -> int:
+        """The state after ``text`` from ``state``, reading past completed stops."""
+        transitions = self._transitions
+        for char in text:
+            following = transitions[state].get(char)
+            state = self._step(state, char) if following is None else following
+        return state
+
+    def find(self, text: str) -> StopMatch | None:
+        """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""
+        state, end = self.scan(0, text)
+        if end < 0:
+            return None
+        length = self._match_length[state]
+        return StopMatch(end - length, end, text[end - length : end])
+
+    def match_length(self, state: int) -> int:
+        """Length of the stop completed at ``state`` (the longest one ending there), or 0."""
+        return self._match_length[state]
+
+    def depth(self, state: int) -> int:
+        """Length of the text the state stands for: what a buffer in this state holds."""
+        return self._depth[state]
+
+    def hold_length(self, state: int) -> int:
+        """Length of the longest suffix of the state's text that is a proper prefix of a stop."""
+        return self._hold_length[state]
+
+    def state_text(self, state: int) -> str:
+        """The text the state stands for (a prefix of some stop)."""
+        return self._prefix[state]
+
+    def could_start(self, text: str) -> bool:
+        """Whether any character of ``text`` can begin a stop (if not, from the root state the
+        whole of ``text`` passes through untouched)."""
+        return not self._start_chars.isdisjoint(text)
+
+
+@lru_cache(maxsize=256)
+def _cached_automaton(stops: tuple[str, ...]) -> StopAutomaton:
+    return StopAutomaton(stops)

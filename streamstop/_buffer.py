@@ -1,0 +1,196 @@
+"""StopBuffer: the sans-I/O filter for one stream.
+
+``feed(chunk)`` returns the text that may be shown now; ``flush()`` ends the input and returns
+what was held. No I/O, no event loop: the async and sync wrappers are loops around this.
+
+What is held back, with stop ``"<stop>"``: after ``"hello<st"`` the buffer emits ``"hello"``
+and holds ``"<st"``, the longest suffix that could still grow into a stop. Nothing else is held:
+``"hello<sx"`` is emitted whole. The held text is always the automaton state's string, so a
+buffer stores one ``int`` of state, however long the stream.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from ._automaton import StopAutomaton, Stops
+
+__all__ = ["StopBuffer"]
+
+
+def _checked_error_policy(errors: str) -> str:
+    if not isinstance(errors, str):
+        raise TypeError(f"errors must be a str naming a codec error handler, got {errors!r}")
+    try:
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValueError(
+            f"unknown errors policy {errors!r}: use 'strict', 'replace', 'ignore', "
+            "'backslashreplace' or a handler registered with codecs.register_error"
+        ) from None
+    return errors
+
+
+class StopBuffer:
+    """Incremental stop-string filter for one stream of text.
+
+    >>> buffer = StopBuffer(["<stop>"])
+    >>> buffer.feed("hello<st"), buffer.held
+    ('hello', '<st')
+    >>> buffer.feed("op> world"), buffer.stopped, buffer.stop_string
+    ('', True, '<stop>')
+
+    ``stops`` is ``None``, a ``str``, an iterable of ``str``, or a prebuilt
+    :class:`StopAutomaton` (build one per stop set and share it between streams).
+    With ``include_stop=True`` the matched stop is part of the output, and nothing is ever held
+    back: all text up to the end of a match is emitted anyway.
+
+    Chunks are ``str`` or UTF-8 ``bytes``; bytes are decoded incrementally, so a character split
+    across chunks comes out whole once complete. Invalid bytes follow ``errors`` as in
+    :meth:`bytes.decode`: ``"strict"`` (the default) raises :class:`UnicodeDecodeError`,
+    ``"replace"`` substitutes U+FFFD.
+    """
+
+    __slots__ = (
+        "_automaton",
+        "_decoder",
+        "_errors",
+        "_finished",
+        "_include_stop",
+        "_state",
+        "_stop_string",
+    )
+
+    def __init__(
+        self,
+        stops: Stops | StopAutomaton,
+        *,
+        include_stop: bool = False,
+        errors: str = "strict",
+    ) -> None:
+        self._automaton = StopAutomaton.from_stops(stops)
+        self._include_stop = bool(include_stop)
+        self._errors = _checked_error_policy(errors)
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._state = 0
+        self._stop_string: str | None = None
+        self._finished = False
+
+    def __repr__(self) -> str:
+        status = (
+            f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
+        )
+        return f"<StopBuffer {status}, holding {self.held!r}, stops={list(self.stops)!r}>"
+
+    @property
+    def automaton(self) -> StopAutomaton:
+        return self._automaton
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return self._automaton.stops
+
+    @property
+    def include_stop(self) -> bool:
+        return self._include_stop
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop has completed; everything after it is discarded."""
+        return self._stop_string is not None
+
+    @property
+    def stop_string(self) -> str | None:
+        """The stop that ended the stream, or ``None``."""
+        return self._stop_string
+
+    @property
+    def held(self) -> str:
+        """Text fed but not yet emitted, because it could still become a stop."""
+        if self._include_stop or self._stop_string is not None:
+            return ""
+        return self._automaton.state_text(self._state)
+
+    def feed(self, chunk: str | bytes) -> str:
+        """Take the next chunk; return the text that is now safe to emit (often all of it).
+
+        After a stop has completed, returns ``""``: that text lies past the stop.
+        """
+        if self._stop_string is not None or self._finished:
+            return self._feed_after_end(chunk)
+        if type(chunk) is str and self._decoder is None:
+            text = chunk
+        else:
+            text = self._decode(chunk)
+        state = self._state
+        automaton = self._automaton
+        if not state and not automaton.could_start(text):
+            return text
+        return self._advance(state, text)
+
+    def _advance(self, state: int, text: str) -> str:
+        automaton = self._automaton
+        new_state, end = automaton.scan(state, text)
+        if self._include_stop:
+            self._state = new_state
+            if end < 0:
+                return text
+            self._stop_string = automaton.state_text(new_state)[
+                -automaton.match_length(new_state) :
+            ]
+            return text[:end]
+        pending = automaton.state_text(state) + text if state else text
+        if end < 0:
+            self._state = new_state
+            keep = automaton.depth(new_state)
+            return pending[: len(pending) - keep] if keep else pending
+        # The stop may have begun in the held text: cut in the combined text.
+        stop_length = automaton.match_length(new_state)
+        cut = len(pending) - len(text) + end - stop_length
+        self._stop_string = pending[cut : cut + stop_length]
+        self._state = 0
+        return pending[:cut]
+
+    def flush(self) -> str:
+        """End of input: return the held text, which turned out not to be a stop.
+
+        Returns ``""`` after a stop. Calling it twice is harmless; feeding after it is an error.
+        """
+        if self._finished:
+            return ""
+        tail = ""
+        if self._decoder is not None and self._stop_string is None:
+            # An unfinished character at the very end: an error under "strict", U+FFFD under
+            # "replace". It may still complete a stop.
+            decoded = self._decoder.decode(b"", final=True)
+            if decoded:
+                tail = self._advance(self._state, decoded)
+        self._finished = True
+        if self._stop_string is not None:
+            return tail
+        held = self.held
+        self._state = 0
+        return tail + held
+
+    def _decode(self, chunk: object) -> str:
+        if isinstance(chunk, str):
+            pending = self._decoder.getstate()[0] if self._decoder is not None else b""
+            if pending:
+                raise ValueError(
+                    f"str chunk {chunk!r} arrived while the bytes of an unfinished UTF-8 "
+                    f"character were pending: {pending!r}"
+                )
+            return str(chunk)
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise TypeError(f"chunks must be str or bytes, got {type(chunk).__name__}: {chunk!r}")
+        if self._decoder is None:
+            self._decoder = codecs.getincrementaldecoder("utf-8")(self._errors)
+        return self._decoder.decode(chunk)
+
+    def _feed_after_end(self, chunk: object) -> str:
+        if not isinstance(chunk, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"chunks must be str or bytes, got {type(chunk).__name__}: {chunk!r}")
+        if self._finished:
+            raise RuntimeError(f"StopBuffer.feed({chunk!r}) called after flush()")
+        # Past a completed stop: the text is discarded, undecoded (it is not ours to judge).
+        return ""

@@ -1,0 +1,269 @@
+"""StopStream and SyncStopStream: loops that pull chunks through a :class:`StopBuffer`.
+
+All matching lives in the buffer. What lives here is the life cycle of the source: once a stop
+completes, the consumer stops early, the consumer is cancelled or the source fails, the source
+is closed (awaiting ``aclose()``), so that the model stops generating. Closing is idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from ._automaton import StopAutomaton, Stops
+from ._buffer import StopBuffer
+
+__all__ = ["StopStream", "SyncStopStream"]
+
+
+class StopStream:
+    """Async iterator of the filtered text of ``source`` (an async iterable of str or bytes).
+
+    Never yields ``""``. After the stream ends, :attr:`stopped` and :attr:`stop_string` say
+    whether and where it was cut::
+
+        async with StopStream(model.stream(prompt), ["</s>", "\\n\\nUser:"]) as stream:
+            async for text in stream:
+                await send(text)
+
+    On a stop the final piece is yielded and the source is closed at once, before anything
+    else is pulled. ``async with`` (or :meth:`aclose`) closes the source deterministically when
+    the consumer leaves early; a bare ``async for`` that breaks closes it when the event loop
+    finalizes the iterator, as with any async generator.
+
+    If the source raises, the error propagates and the text held at that moment is not emitted
+    (it might have been the start of a stop); it stays readable as :attr:`held`.
+    """
+
+    def __init__(
+        self,
+        source: AsyncIterable[str | bytes],
+        stops: Stops | StopAutomaton,
+        *,
+        include_stop: bool = False,
+        errors: str = "strict",
+    ) -> None:
+        if not hasattr(source, "__aiter__"):
+            raise TypeError(
+                f"source must be an async iterable of str or bytes, got "
+                f"{type(source).__name__}: {source!r}"
+            )
+        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        self._source = source
+        self._iterator: AsyncIterator[str | bytes] | None = None
+        self._exhausted = False
+        self._closed = False
+
+    @property
+    def buffer(self) -> StopBuffer:
+        return self._buffer
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop completed."""
+        return self._buffer.stopped
+
+    @property
+    def stop_string(self) -> str | None:
+        """The stop that ended the stream, or ``None``."""
+        return self._buffer.stop_string
+
+    @property
+    def held(self) -> str:
+        """Text pulled from the source but not yielded (it might still become a stop)."""
+        return self._buffer.held
+
+    @property
+    def closed(self) -> bool:
+        """Whether the source has been closed."""
+        return self._closed
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        # A generator rather than ``self``: a consumer that breaks out of a bare ``async for``
+        # drops it, and the event loop's async-generator finalizer then closes the source.
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncGenerator[str, None]:
+        # The same loop as __anext__, inlined: this is the per-token path of every stream.
+        if self._exhausted:
+            return
+        buffer = self._buffer
+        feed = buffer.feed
+        try:
+            if self._iterator is None:
+                self._iterator = aiter(self._source)
+            async for chunk in self._iterator:
+                piece = feed(chunk)
+                if buffer.stopped:
+                    self._exhausted = True
+                    await self.aclose()
+                    if piece:
+                        yield piece
+                    return
+                if piece:
+                    yield piece
+            self._exhausted = True
+            piece = buffer.flush()
+            if piece:
+                yield piece
+        finally:
+            self._exhausted = True
+            await self.aclose()
+
+    async def __anext__(self) -> str:
+        if self._exhausted:
+            raise StopAsyncIteration
+        buffer = self._buffer
+        try:
+            if self._iterator is None:
+                self._iterator = aiter(self._source)
+            iterator = self._iterator
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    piece = buffer.flush()
+                    break
+                piece = buffer.feed(chunk)
+                if buffer.stopped:
+                    break
+                if piece:
+                    return piece
+        except BaseException:
+            # A failing source, a bad chunk or a cancellation: nothing more will be pulled.
+            self._exhausted = True
+            await self.aclose()
+            raise
+        self._exhausted = True
+        await self.aclose()
+        if piece:
+            return piece
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Close the source (its iterator's ``aclose()``, if it has one). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._exhausted = True
+        closable: object = self._iterator if self._iterator is not None else self._source
+        aclose = getattr(closable, "aclose", None)
+        if aclose is not None:
+            # Shielded: closing must finish even when we got here by being cancelled.
+            with anyio.CancelScope(shield=True):
+                await aclose()
+
+    async def __aenter__(self) -> StopStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class SyncStopStream:
+    """The synchronous twin of :class:`StopStream`, for plain iterables of str or bytes.
+
+    >>> pieces = SyncStopStream(["Hel", "lo</", "s>junk"], "</s>")
+    >>> list(pieces), pieces.stop_string
+    (['Hel', 'lo'], '</s>')
+
+    The source's ``close()`` (generators have one) is called on a stop, on an error, when the
+    consumer leaves a ``with`` block, and from :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        source: Iterable[str | bytes],
+        stops: Stops | StopAutomaton,
+        *,
+        include_stop: bool = False,
+        errors: str = "strict",
+    ) -> None:
+        if not hasattr(source, "__iter__") or isinstance(source, (str, bytes)):
+            raise TypeError(
+                f"source must be an iterable of str or bytes chunks, got "
+                f"{type(source).__name__}: {source!r}"
+            )
+        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        self._source = source
+        self._iterator: Iterator[str | bytes] | None = None
+        self._exhausted = False
+        self._closed = False
+
+    @property
+    def buffer(self) -> StopBuffer:
+        return self._buffer
+
+    @property
+    def stopped(self) -> bool:
+        return self._buffer.stopped
+
+    @property
+    def stop_string(self) -> str | None:
+        return self._buffer.stop_string
+
+    @property
+    def held(self) -> str:
+        return self._buffer.held
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __iter__(self) -> SyncStopStream:
+        return self
+
+    def __next__(self) -> str:
+        if self._exhausted:
+            raise StopIteration
+        buffer = self._buffer
+        try:
+            if self._iterator is None:
+                self._iterator = iter(self._source)
+            for chunk in self._iterator:
+                piece = buffer.feed(chunk)
+                if buffer.stopped:
+                    break
+                if piece:
+                    return piece
+            else:
+                piece = buffer.flush()
+        except BaseException:
+            self._exhausted = True
+            self.close()
+            raise
+        self._exhausted = True
+        self.close()
+        if piece:
+            return piece
+        raise StopIteration
+
+    def close(self) -> None:
+        """Close the source (its iterator's ``close()``, if it has one). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._exhausted = True
+        closable: Any = self._iterator if self._iterator is not None else self._source
+        close = getattr(closable, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> SyncStopStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
