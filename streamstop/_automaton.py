@@ -24,16 +24,20 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
 __all__ = ["StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
-Stops: TypeAlias = Union[None, str, Iterable[str]]
+Stops: TypeAlias = str | Iterable[str] | None
 
 # Lazily computed transitions are cached until the whole automaton holds this many, so that a
 # long-lived server fed adversarial text (every Unicode character, every state) stays bounded.
 # Past the limit transitions are still correct, only recomputed each time.
 _TRANSITION_CACHE_LIMIT = 1 << 20
+# The memo of whole-token steps (see StopAutomaton.advance): only token-sized text is kept, and
+# only this many entries per automaton, so memory stays bounded (a few MB at most).
+_MEMO_TEXT_LIMIT = 32
+_MEMO_LIMIT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,16 +103,19 @@ class StopAutomaton:
         "_goto",
         "_hold_length",
         "_match_length",
+        "_memo",
+        "_memo_size",
         "_prefix",
-        "_start_chars",
         "_start_search",
         "_transitions",
         "max_stop_length",
+        "start_chars",
         "stops",
     )
 
     stops: tuple[str, ...]
     max_stop_length: int
+    start_chars: frozenset[str]
 
     def __init__(self, stops: Stops) -> None:
         self.stops = normalize_stops(stops)
@@ -149,9 +156,7 @@ class StopAutomaton:
                 )
                 # The longest suffix that is a *proper* prefix of some stop: the first state on
                 # the failure chain that still has children.
-                hold_length[state] = (
-                    len(prefix[state]) if goto[state] else hold_length[fail[state]]
-                )
+                hold_length[state] = len(prefix[state]) if goto[state] else hold_length[fail[state]]
 
         self._goto = goto
         self._fail = fail
@@ -162,7 +167,10 @@ class StopAutomaton:
         # The lazy DFA starts as the trie; missing entries are filled in by _step().
         self._transitions = [dict(edges) for edges in goto]
         self._cached_transitions = sum(map(len, goto))
-        self._start_chars = frozenset(goto[0])
+        self._memo: list[dict[str, tuple[int, int]]] = [{} for _ in goto]
+        self._memo_size = 0
+        # The characters that can begin a stop: text with none of them cannot affect the root.
+        self.start_chars = frozenset(goto[0])
         self._start_search = (
             re.compile("[" + "".join(re.escape(c) for c in sorted(goto[0])) + "]").search
             if goto[0]
@@ -242,6 +250,28 @@ class StopAutomaton:
             state = self._step(state, char) if following is None else following
         return state
 
+    def advance(self, state: int, text: str) -> tuple[int, int]:
+        """:meth:`scan`, memoized per state for token-sized text.
+
+        LLM tokens come from a fixed vocabulary, and a stream spends most of its time at a few
+        states, so a server soon sees the same (state, token) pairs over and over: a dict
+        lookup then replaces the per-character loop, whatever the number of stops.
+        """
+        memo = self._memo[state]
+        result = memo.get(text)
+        if result is None:
+            result = self.scan(state, text)
+            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_size < _MEMO_LIMIT:
+                memo[text] = result
+                self._memo_size += 1
+        return result
+
+    def buffer_tables(
+        self,
+    ) -> tuple[list[dict[str, tuple[int, int]]], list[str], list[int]]:
+        """The memo, state texts and depths, for StopBuffer's per-token path (read-only)."""
+        return self._memo, self._prefix, self._depth
+
     def find(self, text: str) -> StopMatch | None:
         """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""
         state, end = self.scan(0, text)
@@ -269,7 +299,7 @@ class StopAutomaton:
     def could_start(self, text: str) -> bool:
         """Whether any character of ``text`` can begin a stop (if not, from the root state the
         whole of ``text`` passes through untouched)."""
-        return not self._start_chars.isdisjoint(text)
+        return not self.start_chars.isdisjoint(text)
 
 
 @lru_cache(maxsize=256)

@@ -54,9 +54,14 @@ class StopBuffer:
     __slots__ = (
         "_automaton",
         "_decoder",
+        "_depths",
         "_errors",
         "_finished",
         "_include_stop",
+        "_memo",
+        "_plain",
+        "_prefixes",
+        "_start_chars",
         "_state",
         "_stop_string",
     )
@@ -75,11 +80,14 @@ class StopBuffer:
         self._state = 0
         self._stop_string: str | None = None
         self._finished = False
+        # True while str chunks can go straight to the automaton: running, not flushed, and no
+        # bytes of an unfinished character pending in the decoder.
+        self._plain = True
+        self._start_chars = self._automaton.start_chars
+        self._memo, self._prefixes, self._depths = self._automaton.buffer_tables()
 
     def __repr__(self) -> str:
-        status = (
-            f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
-        )
+        status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
         return f"<StopBuffer {status}, holding {self.held!r}, stops={list(self.stops)!r}>"
 
     @property
@@ -116,40 +124,43 @@ class StopBuffer:
 
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
+        # The hot path, kept to a few attribute loads: a plain str chunk while running, at the
+        # root state (nothing held), with no character that can begin a stop.
+        if type(chunk) is str and self._plain:
+            if not self._state and self._start_chars.isdisjoint(chunk):
+                return chunk
+            return self._advance(chunk)
         if self._stop_string is not None or self._finished:
             return self._feed_after_end(chunk)
-        if type(chunk) is str and self._decoder is None:
-            text = chunk
-        else:
-            text = self._decode(chunk)
-        state = self._state
-        automaton = self._automaton
-        if not state and not automaton.could_start(text):
-            return text
-        return self._advance(state, text)
+        return self._advance(self._decode(chunk))
 
-    def _advance(self, state: int, text: str) -> str:
-        automaton = self._automaton
-        new_state, end = automaton.scan(state, text)
-        if self._include_stop:
-            self._state = new_state
-            if end < 0:
-                return text
-            self._stop_string = automaton.state_text(new_state)[
-                -automaton.match_length(new_state) :
-            ]
-            return text[:end]
-        pending = automaton.state_text(state) + text if state else text
+    def _advance(self, text: str) -> str:
+        state = self._state
+        # The automaton's memo, looked up here to save a call on the per-token path.
+        step = self._memo[state].get(text)
+        new_state, end = self._automaton.advance(state, text) if step is None else step
         if end < 0:
             self._state = new_state
-            keep = automaton.depth(new_state)
+            if self._include_stop:
+                return text
+            pending = self._prefixes[state] + text if state else text
+            keep = self._depths[new_state]
             return pending[: len(pending) - keep] if keep else pending
-        # The stop may have begun in the held text: cut in the combined text.
+        automaton = self._automaton
         stop_length = automaton.match_length(new_state)
+        if self._include_stop:
+            self._stop(automaton.state_text(new_state)[-stop_length:])
+            return text[:end]
+        # The stop may have begun in the held text: cut in the combined text.
+        pending = self._prefixes[state] + text if state else text
         cut = len(pending) - len(text) + end - stop_length
-        self._stop_string = pending[cut : cut + stop_length]
-        self._state = 0
+        self._stop(pending[cut : cut + stop_length])
         return pending[:cut]
+
+    def _stop(self, stop_string: str) -> None:
+        self._stop_string = stop_string
+        self._state = 0
+        self._plain = False
 
     def flush(self) -> str:
         """End of input: return the held text, which turned out not to be a stop.
@@ -164,8 +175,9 @@ class StopBuffer:
             # "replace". It may still complete a stop.
             decoded = self._decoder.decode(b"", final=True)
             if decoded:
-                tail = self._advance(self._state, decoded)
+                tail = self._advance(decoded)
         self._finished = True
+        self._plain = False
         if self._stop_string is not None:
             return tail
         held = self.held
@@ -185,7 +197,10 @@ class StopBuffer:
             raise TypeError(f"chunks must be str or bytes, got {type(chunk).__name__}: {chunk!r}")
         if self._decoder is None:
             self._decoder = codecs.getincrementaldecoder("utf-8")(self._errors)
-        return self._decoder.decode(chunk)
+        text = self._decoder.decode(chunk)
+        # A str chunk may take the hot path again only once no partial character is pending.
+        self._plain = not self._decoder.getstate()[0]
+        return text
 
     def _feed_after_end(self, chunk: object) -> str:
         if not isinstance(chunk, (str, bytes, bytearray, memoryview)):
