@@ -119,7 +119,7 @@ class StopBuffer:
             return ""
         return self._automaton.state_text(self._state)
 
-    def feed(self, chunk: str | bytes) -> str:
+    def feed(self, chunk: str | bytes | bytearray | memoryview) -> str:
         """Take the next chunk; return the text that is now safe to emit (often all of it).
 
         After a stop has completed, returns ``""``: that text lies past the stop.

@@ -54,6 +54,7 @@ class StopStream:
         self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
         self._source = source
         self._iterator: AsyncIterator[str | bytes] | None = None
+        self._generator: AsyncGenerator[str, None] | None = None
         self._exhausted = False
         self._closed = False
 
@@ -82,9 +83,12 @@ class StopStream:
         return self._closed
 
     def __aiter__(self) -> AsyncIterator[str]:
-        # A generator rather than ``self``: a consumer that breaks out of a bare ``async for``
-        # drops it, and the event loop's async-generator finalizer then closes the source.
-        return self._iterate()
+        # An async generator rather than ``self``: resuming a generator costs less than a new
+        # ``__anext__`` coroutine per token, and an abandoned one is finalized by the event loop
+        # (which then closes the source). Held here, so that ``aclose()`` can finish it.
+        if self._generator is None:
+            self._generator = self._iterate()
+        return self._generator
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
         # The same loop as __anext__, inlined: this is the per-token path of every stream.
@@ -92,10 +96,22 @@ class StopStream:
             return
         buffer = self._buffer
         feed = buffer.feed
+        start_chars = buffer.automaton.start_chars
         try:
             if self._iterator is None:
                 self._iterator = aiter(self._source)
             async for chunk in self._iterator:
+                # StopBuffer.feed's own first branch, repeated to save a call on most tokens: a
+                # str chunk at the root state with no character that can begin a stop.
+                if (
+                    type(chunk) is str
+                    and not buffer._state
+                    and buffer._plain
+                    and start_chars.isdisjoint(chunk)
+                ):
+                    if chunk:
+                        yield chunk
+                    continue
                 piece = feed(chunk)
                 if buffer.stopped:
                     self._exhausted = True
@@ -149,11 +165,17 @@ class StopStream:
             return
         self._closed = True
         self._exhausted = True
-        closable: object = self._iterator if self._iterator is not None else self._source
-        aclose = getattr(closable, "aclose", None)
-        if aclose is not None:
-            # Shielded: closing must finish even when we got here by being cancelled.
-            with anyio.CancelScope(shield=True):
+        # Shielded: closing must finish even when we got here by being cancelled.
+        with anyio.CancelScope(shield=True):
+            generator = self._generator
+            # Not when we are called from inside it (its ``finally``): it is finishing already.
+            if generator is not None and not getattr(generator, "ag_running", False):
+                # Finish our own iterator too (its ``finally`` finds us closed), so that no
+                # async generator is left for the garbage collector: trio warns about those.
+                await generator.aclose()
+            closable: object = self._iterator if self._iterator is not None else self._source
+            aclose = getattr(closable, "aclose", None)
+            if aclose is not None:
                 await aclose()
 
     async def __aenter__(self) -> StopStream:
