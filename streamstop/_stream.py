@@ -19,7 +19,38 @@ from ._buffer import StopBuffer
 __all__ = ["StopStream", "SyncStopStream"]
 
 
-class StopStream:
+class _FilteredStream:
+    """What both streams expose: the buffer's verdict and whether the source is closed."""
+
+    _buffer: StopBuffer
+    _closed: bool
+
+    @property
+    def buffer(self) -> StopBuffer:
+        return self._buffer
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop completed."""
+        return self._buffer.stopped
+
+    @property
+    def stop_string(self) -> str | None:
+        """The stop that ended the stream, or ``None``."""
+        return self._buffer.stop_string
+
+    @property
+    def held(self) -> str:
+        """Text pulled from the source but not yielded (it might still become a stop)."""
+        return self._buffer.held
+
+    @property
+    def closed(self) -> bool:
+        """Whether the source has been closed."""
+        return self._closed
+
+
+class StopStream(_FilteredStream):
     """Async iterator of the filtered text of ``source`` (an async iterable of str or bytes).
 
     Never yields ``""``. After the stream ends, :attr:`stopped` and :attr:`stop_string` say
@@ -57,30 +88,6 @@ class StopStream:
         self._generator: AsyncGenerator[str, None] | None = None
         self._exhausted = False
         self._closed = False
-
-    @property
-    def buffer(self) -> StopBuffer:
-        return self._buffer
-
-    @property
-    def stopped(self) -> bool:
-        """Whether a stop completed."""
-        return self._buffer.stopped
-
-    @property
-    def stop_string(self) -> str | None:
-        """The stop that ended the stream, or ``None``."""
-        return self._buffer.stop_string
-
-    @property
-    def held(self) -> str:
-        """Text pulled from the source but not yielded (it might still become a stop)."""
-        return self._buffer.held
-
-    @property
-    def closed(self) -> bool:
-        """Whether the source has been closed."""
-        return self._closed
 
     def __aiter__(self) -> AsyncIterator[str]:
         # An async generator rather than ``self``: resuming a generator costs less than a new
@@ -190,7 +197,7 @@ class StopStream:
         await self.aclose()
 
 
-class SyncStopStream:
+class SyncStopStream(_FilteredStream):
     """The synchronous twin of :class:`StopStream`, for plain iterables of str or bytes.
 
     >>> pieces = SyncStopStream(["Hel", "lo</", "s>junk"], "</s>")
@@ -219,26 +226,6 @@ class SyncStopStream:
         self._iterator: Iterator[str | bytes] | None = None
         self._exhausted = False
         self._closed = False
-
-    @property
-    def buffer(self) -> StopBuffer:
-        return self._buffer
-
-    @property
-    def stopped(self) -> bool:
-        return self._buffer.stopped
-
-    @property
-    def stop_string(self) -> str | None:
-        return self._buffer.stop_string
-
-    @property
-    def held(self) -> str:
-        return self._buffer.held
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def __iter__(self) -> SyncStopStream:
         return self
