@@ -1,0 +1,92 @@
+# The async adapter: a short loop that pulls chunks from an async source into a `Stitcher`.
+#
+# All assembly logic lives in the sans-I/O `Stitcher`; this is the only module that imports anyio.
+# The loop pulls no chunk once `Stitcher.done` is true (assembly stopped, or no budget remains),
+# and it closes the source's iterator in `finally`, shielded from cancellation, whether the loop
+# ended by exhaustion, by `done`, by an error or by cancellation. Works under asyncio and trio.
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from typing import TypeVar
+
+import anyio
+
+from ._errors import describe
+from ._result import StitchResult
+from ._stitcher import ChunkLike, OnOverflow, Stitcher
+from ._tokenizer import Tokenizer
+
+__all__ = ["afeed", "astitch", "astitch_result"]
+
+T = TypeVar("T")
+
+
+async def afeed(stitcher: Stitcher[T], source: AsyncIterable[ChunkLike[T]]) -> None:
+    """Offer chunks from `source` to `stitcher` until the source ends or the stitcher is done.
+
+    The source's iterator is closed (`aclose()`, if it has one) before returning or raising.
+    """
+    if not hasattr(source, "__aiter__"):
+        raise TypeError(
+            f"source must be an async iterable of chunks, got {describe(source)}; "
+            "for a sync iterable use stitch()"
+        )
+    iterator: AsyncIterator[ChunkLike[T]] = source.__aiter__()
+    try:
+        if stitcher.done:
+            return
+        async for chunk in iterator:
+            stitcher.add(chunk)
+            if stitcher.done:
+                return
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True):
+                await aclose()
+
+
+async def astitch(
+    source: AsyncIterable[ChunkLike[T]],
+    budget: int,
+    *,
+    on_overflow: OnOverflow = "skip",
+    min_overlap: int = 1,
+    separator: Sequence[T] | str = (),
+    tokenizer: Tokenizer | None = None,
+) -> list[T]:
+    """`stitch` for an async source (e.g. a streaming retriever); returns the output tokens.
+
+    Stops pulling once nothing more can be appended, and closes the source.
+    """
+    stitcher: Stitcher[T] = Stitcher(
+        budget,
+        on_overflow=on_overflow,
+        min_overlap=min_overlap,
+        separator=separator,
+        tokenizer=tokenizer,
+    )
+    await afeed(stitcher, source)
+    return stitcher.tokens
+
+
+async def astitch_result(
+    source: AsyncIterable[ChunkLike[T]],
+    budget: int,
+    *,
+    on_overflow: OnOverflow = "skip",
+    min_overlap: int = 1,
+    separator: Sequence[T] | str = (),
+    tokenizer: Tokenizer | None = None,
+) -> StitchResult[T]:
+    """Like `astitch`, but return a `StitchResult` with one record per chunk pulled."""
+    stitcher: Stitcher[T] = Stitcher(
+        budget,
+        on_overflow=on_overflow,
+        min_overlap=min_overlap,
+        separator=separator,
+        tokenizer=tokenizer,
+    )
+    await afeed(stitcher, source)
+    return stitcher.result()

@@ -1,0 +1,243 @@
+# The `ragstitch` command: JSON lines of chunks in, the assembled context and a report out.
+#
+# Input: one JSON object per line, {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]},
+# optionally with "metadata": {...}; blank lines are ignored. When any chunk has "text", the
+# context is text: text is encoded with `WordTokenizer`, "tokens" must then be lists of strings
+# (such tokens), non-overlapping chunks are joined by --separator, and the text is printed.
+# Otherwise the tokens are printed as one JSON array. The report goes to stderr, so stdout holds
+# only the context; with --json, stdout holds one JSON object with the context and every record.
+# Exit status: 0 on success, 1 for bad input, 2 for bad usage.
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ._chunk import Chunk, TextChunk
+from ._errors import describe
+from ._result import ChunkRecord, StitchResult
+from ._stitcher import Stitcher
+from ._tokenizer import WordTokenizer
+
+__all__ = ["main"]
+
+_PROG = "ragstitch"
+
+
+class InputError(Exception):
+    """Bad input, reported as `ragstitch: error: <where>: <what>` with exit status 1."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description=(
+            "Assemble retrieved chunks into a context within a token budget, merging the tokens "
+            "that neighbouring chunks share instead of pasting (and paying for) them twice."
+        ),
+        epilog=(
+            'Input lines: {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]}, '
+            'optionally "metadata": {...}. Text is tokenized with the built-in WordTokenizer.'
+        ),
+    )
+    parser.add_argument(
+        "file", nargs="?", default="-", help="JSON lines of chunks (default: stdin, also '-')"
+    )
+    parser.add_argument("--budget", type=int, required=True, help="token budget (int >= 0)")
+    parser.add_argument(
+        "--on-overflow",
+        choices=("skip", "stop"),
+        default="skip",
+        help="when a chunk does not fit: skip it and try the next (default), or stop",
+    )
+    parser.add_argument(
+        "--min-overlap",
+        type=int,
+        default=1,
+        help="shorter overlaps are not merged (default 1)",
+    )
+    parser.add_argument(
+        "--separator",
+        default=None,
+        help="text put between chunks that do not overlap (text input only; default a blank line)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object with the context and records"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.budget < 0:
+        parser.error(f"argument --budget: must be >= 0, got {args.budget}")
+    if args.min_overlap < 1:
+        parser.error(f"argument --min-overlap: must be >= 1, got {args.min_overlap}")
+    try:
+        if args.file == "-":
+            chunks = _read(sys.stdin, "<stdin>")
+        else:
+            try:
+                with open(args.file, encoding="utf-8") as stream:
+                    chunks = _read(stream, args.file)
+            except OSError as error:
+                raise InputError(f"{args.file}: {error.strerror or error}") from None
+        text_mode = any(isinstance(chunk, TextChunk) for chunk, _ in chunks)
+        if text_mode:
+            _check_text_tokens(chunks)
+        elif args.separator is not None:
+            raise InputError("--separator applies to text chunks, and the input has none")
+        stitcher: Stitcher[Any] = Stitcher(
+            args.budget,
+            on_overflow=args.on_overflow,
+            min_overlap=args.min_overlap,
+            separator=("\n\n" if args.separator is None else args.separator) if text_mode else (),
+            tokenizer=WordTokenizer() if text_mode else None,
+        )
+        stitcher.extend(chunk for chunk, _ in chunks)
+    except InputError as error:
+        print(f"{_PROG}: error: {error}", file=sys.stderr)
+        return 1
+    result = stitcher.result()
+    unread = len(chunks) - len(result.records)
+    if args.json:
+        json.dump(_as_json(result, unread, text_mode), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        if result.text is not None:
+            sys.stdout.write(result.text + "\n")
+        else:
+            sys.stdout.write(json.dumps(list(result.tokens), ensure_ascii=False) + "\n")
+        sys.stderr.write(_report(result, unread))
+    return 0
+
+
+def _read(stream: TextIO, name: str) -> list[tuple[Chunk[Any] | TextChunk, int]]:
+    """Parse the JSON lines of `stream` into chunks, each with its line number."""
+    chunks: list[tuple[Chunk[Any] | TextChunk, int]] = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{where}: invalid JSON: {error.msg}") from None
+        if not isinstance(item, dict):
+            raise InputError(f"{where}: expected a JSON object, got {describe(item)}")
+        unknown = sorted(set(item) - {"id", "text", "tokens", "metadata"})
+        if unknown:
+            raise InputError(
+                f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+                "expected id, text or tokens, metadata"
+            )
+        metadata = item.get("metadata")
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            raise InputError(f"{where}: metadata must be an object, got {describe(metadata)}")
+        if "tokens" in item:
+            tokens = item["tokens"]
+            if not isinstance(tokens, list):
+                raise InputError(f"{where}: tokens must be an array, got {describe(tokens)}")
+            chunks.append((Chunk(tokens, id=item.get("id"), metadata=metadata), number))
+        elif "text" in item:
+            text = item["text"]
+            if not isinstance(text, str):
+                raise InputError(f"{where}: text must be a string, got {describe(text)}")
+            chunks.append((TextChunk(text, id=item.get("id"), metadata=metadata), number))
+        else:
+            raise InputError(f'{where}: a chunk needs "text" or "tokens"')
+    return chunks
+
+
+def _check_text_tokens(chunks: list[tuple[Chunk[Any] | TextChunk, int]]) -> None:
+    for chunk, number in chunks:
+        if isinstance(chunk, Chunk):
+            bad = next((t for t in chunk.tokens if not isinstance(t, str)), None)
+            if bad is not None:
+                raise InputError(
+                    f"line {number}: token {describe(bad)} is not a string; with text chunks in "
+                    "the input, tokens must be WordTokenizer tokens (strings)"
+                )
+
+
+def _label(record: ChunkRecord) -> str:
+    return f"#{record.index}" if record.id is None else str(record.id)
+
+
+def _report(result: StitchResult[Any], unread: int) -> str:
+    taken = result.taken
+    skipped = result.skipped
+    lines = [
+        f"{_PROG}: {len(result.records) + unread} chunks, {len(taken)} taken, "
+        f"{len(skipped)} skipped; {result.used}/{result.budget} tokens used, "
+        f"{result.saved} saved by overlap"
+    ]
+    if taken:
+        parts = [_label(r) + (f" (overlap {r.overlap})" if r.overlap else "") for r in taken]
+        lines.append("  taken:   " + ", ".join(parts))
+    if skipped:
+        left = _remaining_before(result)
+        parts = [f"{_label(r)} (cost {r.cost} > {left[r.index]} left)" for r in skipped]
+        lines.append("  skipped: " + ", ".join(parts))
+    if unread:
+        why = "assembly stopped" if result.stopped else "budget full"
+        lines.append(f"  unread:  {unread} ({why})")
+    return "\n".join(lines) + "\n"
+
+
+def _remaining_before(result: StitchResult[Any]) -> dict[int, int]:
+    """The budget left when each chunk was offered."""
+    left: dict[int, int] = {}
+    remaining = result.budget
+    for record in result.records:
+        left[record.index] = remaining
+        if record.taken:
+            remaining -= record.cost
+    return left
+
+
+def _as_json(result: StitchResult[Any], unread: int, text_mode: bool) -> dict[str, Any]:
+    offsets: list[int] | None = None
+    if text_mode:
+        # WordTokenizer tokens are strings that join to the text: character offsets are sums.
+        offsets = [0]
+        for token in result.tokens:
+            offsets.append(offsets[-1] + len(token))
+    records = []
+    for record in result.records:
+        entry: dict[str, Any] = {
+            "index": record.index,
+            "id": record.id,
+            "taken": record.taken,
+            "length": record.length,
+            "overlap": record.overlap,
+            "separator": record.separator,
+            "cost": record.cost,
+            "span": None if record.span is None else list(record.span),
+        }
+        if offsets is not None:
+            covers = record.covers
+            entry["chars"] = None if covers is None else [offsets[covers[0]], offsets[covers[1]]]
+        entry["metadata"] = dict(record.metadata)
+        records.append(entry)
+    out: dict[str, Any] = {"text": result.text} if text_mode else {"tokens": list(result.tokens)}
+    out.update(
+        budget=result.budget,
+        used=result.used,
+        remaining=result.remaining,
+        saved=result.saved,
+        stopped=result.stopped,
+        chunks=len(result.records) + unread,
+        taken=len(result.taken),
+        skipped=len(result.skipped),
+        unread=unread,
+        records=records,
+    )
+    return out

@@ -1,0 +1,393 @@
+# The stitcher: a sans-I/O state machine that assembles chunks within a token budget.
+#
+# Everything that decides what goes into the output lives in this file. The rules:
+# - Chunks are taken in the order offered. A chunk's overlap `k` is the longest suffix of the
+#   output that equals a prefix of the chunk (`k <= min(len(output), len(chunk))`); an overlap
+#   shorter than `min_overlap` counts as 0. Its cost is `len(chunk) - k`, plus the separator's
+#   length when a separator is set, `k == 0`, the output is not empty and the chunk is not.
+# - If the cost fits in `budget - used`, the separator (if any) and the chunk's tokens after the
+#   overlap are appended: the chunk is taken. A chunk is never partially appended.
+# - Otherwise the chunk is not taken. With `on_overflow="skip"` the next chunk is tried; with
+#   `"stop"` assembly ends, and offering another chunk is an error.
+# - Every chunk offered gets a `ChunkRecord` (taken or not). `done` turns true when nothing more
+#   can be appended: assembly stopped, or no budget remains. `stitch` and `astitch` pull no
+#   chunk once `done` is true, so chunks after that point have no record. A chunk offered with
+#   no budget left can still be taken if it costs 0 (it appends nothing).
+#
+# `add` costs O(len(chunk)): the overlap reads at most that many tokens of the output.
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Generic, Literal, TypeVar, Union, cast
+
+from ._chunk import Chunk, HasText, HasTokens
+from ._errors import describe
+from ._overlap import overlap_native
+from ._result import ChunkRecord, StitchResult
+from ._tokenizer import Tokenizer, WordTokenizer, check_tokenizer, encode_text
+
+__all__ = [
+    "ChunkLike",
+    "OnOverflow",
+    "Stitcher",
+    "check_int",
+    "stitch",
+    "stitch_result",
+    "stitch_text",
+]
+
+T = TypeVar("T")
+
+OnOverflow = Literal["skip", "stop"]
+
+#: What `Stitcher.add` accepts: a sequence of tokens, an object with `tokens` (e.g. `Chunk`),
+#: or, with a tokenizer, a `str` or an object with `text` (e.g. `TextChunk`).
+ChunkLike = Union[Sequence[T], HasTokens[T], str, HasText]  # noqa: UP007 (needs to be subscriptable on 3.10)
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_MISSING: Any = object()
+_NOT_TOKENS = (str, bytes, bytearray, memoryview)
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Return `value` as an int, or raise `TypeError` (not an int) / `ValueError` (too small)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {describe(value)}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {describe(value)}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {number!r}")
+    return number
+
+
+class Stitcher(Generic[T]):
+    """Assemble chunks, one `add` at a time, within `budget` tokens. No I/O.
+
+    >>> s = Stitcher(4)
+    >>> s.add(["a1", "b1", "c1"]), s.add(["b1", "c1", "d"]), s.tokens
+    (True, True, ['a1', 'b1', 'c1', 'd'])
+    >>> s.records[1].overlap, s.records[1].cost, s.records[1].span
+    (2, 1, (3, 4))
+
+    Options:
+
+    - `on_overflow`: `"skip"` passes over a chunk that does not fit and tries the next;
+      `"stop"` ends assembly at the first chunk that does not fit.
+    - `min_overlap`: overlaps shorter than this are not merged (a coincidental repeat of "the"
+      or "." is not swallowed). Default 1.
+    - `separator`: tokens put between two taken chunks that do not overlap, charged to the
+      chunk after them; a `str` is encoded with the tokenizer. Default none.
+    - `tokenizer`: encodes text chunks (a `str` or an object with `text`) and decodes `text`.
+
+    Raises `TypeError` or `ValueError` naming the offending value for a budget that is not an
+    int >= 0, an unknown `on_overflow`, a `min_overlap` that is not an int >= 1, or a bad
+    separator or tokenizer.
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        *,
+        on_overflow: OnOverflow = "skip",
+        min_overlap: int = 1,
+        separator: Sequence[T] | str = (),
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self._budget = check_int("budget", budget, 0)
+        if on_overflow not in ("skip", "stop"):
+            raise ValueError(f"on_overflow must be 'skip' or 'stop', got {on_overflow!r}")
+        self._stop = on_overflow == "stop"
+        self._on_overflow: OnOverflow = on_overflow
+        self._min_overlap = check_int("min_overlap", min_overlap, 1)
+        self._tokenizer = None if tokenizer is None else check_tokenizer(tokenizer)
+        self._separator: list[Any] = self._check_separator(separator)
+        self._out: list[T] = []
+        self._records: list[ChunkRecord] = []
+        self._stopped = False
+
+    def _check_separator(self, separator: object) -> list[Any]:
+        if isinstance(separator, str):
+            if self._tokenizer is None:
+                raise TypeError(
+                    f"separator {separator!r} is a str but there is no tokenizer to encode it; "
+                    "pass a tokenizer, or a sequence of tokens such as ('\\n\\n',)"
+                )
+            return encode_text(self._tokenizer, separator)
+        if isinstance(separator, _NOT_TOKENS) or not isinstance(separator, Sequence):
+            raise TypeError(f"separator must be a sequence of tokens, got {describe(separator)}")
+        return list(separator)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @property
+    def on_overflow(self) -> OnOverflow:
+        return self._on_overflow
+
+    @property
+    def min_overlap(self) -> int:
+        return self._min_overlap
+
+    @property
+    def separator(self) -> tuple[Any, ...]:
+        return tuple(self._separator)
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return self._tokenizer
+
+    @property
+    def tokens(self) -> list[T]:
+        """The output so far (a copy)."""
+        return list(self._out)
+
+    @property
+    def used(self) -> int:
+        """Tokens in the output, separators included."""
+        return len(self._out)
+
+    @property
+    def remaining(self) -> int:
+        return self._budget - len(self._out)
+
+    @property
+    def records(self) -> tuple[ChunkRecord, ...]:
+        """One record per chunk offered so far, in order."""
+        return tuple(self._records)
+
+    @property
+    def stopped(self) -> bool:
+        """True once a chunk did not fit under `on_overflow="stop"`."""
+        return self._stopped
+
+    @property
+    def done(self) -> bool:
+        """True when nothing more can be appended: assembly stopped or no budget remains."""
+        return self._stopped or len(self._out) >= self._budget
+
+    @property
+    def text(self) -> str | None:
+        """The output decoded with the tokenizer, or `None` without one."""
+        if self._tokenizer is None:
+            return None
+        return self._tokenizer.decode(list(self._out))
+
+    def result(self) -> StitchResult[T]:
+        """A frozen snapshot: tokens, records, budget, whether it stopped, and `text`."""
+        return StitchResult(
+            tokens=tuple(self._out),
+            records=tuple(self._records),
+            budget=self._budget,
+            stopped=self._stopped,
+            text=self.text,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Stitcher(budget={self._budget}, on_overflow={self._on_overflow!r}, "
+            f"min_overlap={self._min_overlap}, used={len(self._out)}, "
+            f"chunks={len(self._records)}, stopped={self._stopped})"
+        )
+
+    # -- events --------------------------------------------------------------------------------
+
+    def add(self, chunk: ChunkLike[T]) -> bool:
+        """Offer the next chunk; return whether it was taken (its tokens appended).
+
+        Raises `TypeError` naming the chunk if it is not a chunk (see `ChunkLike`), and
+        `RuntimeError` if assembly already stopped (`on_overflow="stop"`).
+        """
+        if self._stopped:
+            raise RuntimeError(
+                f"Stitcher stopped at chunk {len(self._records) - 1} (on_overflow='stop'); "
+                "check .done before offering more chunks"
+            )
+        index = len(self._records)
+        tokens, chunk_id, metadata = self._coerce(chunk, index)
+        out = self._out
+        n = len(out)
+        length = len(tokens)
+        k = overlap_native(out, tokens) if n and length else 0
+        if k < self._min_overlap:
+            k = 0
+        sep = len(self._separator) if (k == 0 and n and length) else 0
+        cost = length - k + sep
+        taken = cost <= self._budget - n
+        span: tuple[int, int] | None = None
+        if taken:
+            if sep:
+                out += self._separator
+            start = len(out)
+            out += tokens[k:] if k else tokens
+            span = (start, len(out))
+        elif self._stop:
+            self._stopped = True
+        self._records.append(
+            ChunkRecord(
+                index=index,
+                id=chunk_id,
+                taken=taken,
+                length=length,
+                overlap=k,
+                separator=sep,
+                cost=cost,
+                span=span,
+                metadata=metadata,
+            )
+        )
+        return taken
+
+    def extend(self, chunks: Iterable[ChunkLike[T]]) -> None:
+        """`add` each chunk in turn until `done`; no chunk is pulled once `done` is true."""
+        if self.done:
+            return
+        add = self.add
+        for chunk in chunks:
+            add(chunk)
+            if self._stopped or len(self._out) >= self._budget:
+                return
+
+    # -- input checking ------------------------------------------------------------------------
+
+    def _coerce(self, chunk: object, index: int) -> tuple[list[Any], object, Mapping[str, Any]]:
+        """Return the chunk's tokens (as a list), id and metadata, or raise `TypeError`."""
+        kind = type(chunk)
+        if kind is list:
+            return cast("list[Any]", chunk), None, _EMPTY
+        if kind is tuple:
+            return list(cast("tuple[Any, ...]", chunk)), None, _EMPTY
+        if kind is Chunk:
+            known = cast("Chunk[Any]", chunk)
+            return list(known.tokens), known.id, known.metadata
+        tokens = getattr(chunk, "tokens", _MISSING)
+        if tokens is not _MISSING:
+            if isinstance(tokens, _NOT_TOKENS) or not isinstance(tokens, Sequence):
+                raise TypeError(
+                    f"chunk {index}: .tokens must be a sequence of tokens, got {describe(tokens)}"
+                )
+            return list(tokens), getattr(chunk, "id", None), self._metadata(chunk, index)
+        text = getattr(chunk, "text", _MISSING)
+        if text is not _MISSING:
+            if not isinstance(text, str):
+                raise TypeError(f"chunk {index}: .text must be a str, got {describe(text)}")
+            return (
+                self._encode(text, index),
+                getattr(chunk, "id", None),
+                self._metadata(chunk, index),
+            )
+        if isinstance(chunk, str):
+            return self._encode(chunk, index), None, _EMPTY
+        if isinstance(chunk, _NOT_TOKENS) or not isinstance(chunk, Sequence):
+            raise TypeError(
+                f"chunk {index} is not a sequence of tokens: {describe(chunk)}; a chunk is a "
+                "sequence of tokens, an object with .tokens (Chunk), or, with a tokenizer, a str "
+                "or an object with .text (TextChunk)"
+            )
+        return list(chunk), None, _EMPTY
+
+    def _encode(self, text: str, index: int) -> list[Any]:
+        if self._tokenizer is None:
+            raise TypeError(
+                f"chunk {index} is text ({describe(text)}) but the stitcher has no tokenizer: "
+                "pass tokenizer=WordTokenizer() (or your model's), use stitch_text(), or give "
+                "token sequences"
+            )
+        return encode_text(self._tokenizer, text)
+
+    @staticmethod
+    def _metadata(chunk: object, index: int) -> Mapping[str, Any]:
+        metadata = getattr(chunk, "metadata", None)
+        if metadata is None:
+            return _EMPTY
+        if isinstance(metadata, MappingProxyType):
+            return metadata
+        if not isinstance(metadata, Mapping):
+            raise TypeError(f"chunk {index}: .metadata must be a mapping, got {describe(metadata)}")
+        return MappingProxyType(dict(metadata))
+
+
+def stitch(
+    chunks: Iterable[ChunkLike[T]],
+    budget: int,
+    *,
+    on_overflow: OnOverflow = "skip",
+    min_overlap: int = 1,
+    separator: Sequence[T] | str = (),
+    tokenizer: Tokenizer | None = None,
+) -> list[T]:
+    """Assemble `chunks` within `budget` tokens and return the output tokens.
+
+    With `a, b, c = "a1", "b1", "c1"`::
+
+        stitch([[a, b, c], [b, c, "d"]], 4) == [a, b, c, "d"]  # overlap b, c is not repaid
+        stitch([[a, b], [b, c]], 2) == [a, b]                  # [b, c] costs 1: no room
+        stitch([[a, b], [a, b]], 2) == [a, b]                  # fully overlapped: costs 0
+
+    See `Stitcher` for the options. `stitch_result` returns the provenance too.
+    """
+    stitcher: Stitcher[T] = Stitcher(
+        budget,
+        on_overflow=on_overflow,
+        min_overlap=min_overlap,
+        separator=separator,
+        tokenizer=tokenizer,
+    )
+    stitcher.extend(chunks)
+    return stitcher._out
+
+
+def stitch_result(
+    chunks: Iterable[ChunkLike[T]],
+    budget: int,
+    *,
+    on_overflow: OnOverflow = "skip",
+    min_overlap: int = 1,
+    separator: Sequence[T] | str = (),
+    tokenizer: Tokenizer | None = None,
+) -> StitchResult[T]:
+    """Like `stitch`, but return a `StitchResult`: tokens, one record per chunk, and `text`."""
+    stitcher: Stitcher[T] = Stitcher(
+        budget,
+        on_overflow=on_overflow,
+        min_overlap=min_overlap,
+        separator=separator,
+        tokenizer=tokenizer,
+    )
+    stitcher.extend(chunks)
+    return stitcher.result()
+
+
+def stitch_text(
+    chunks: Iterable[ChunkLike[Any]],
+    budget: int,
+    *,
+    tokenizer: Tokenizer | None = None,
+    separator: str = "\n\n",
+    on_overflow: OnOverflow = "skip",
+    min_overlap: int = 1,
+) -> str:
+    """Assemble text chunks within `budget` tokens of `tokenizer` and return the text.
+
+    The tokenizer defaults to `WordTokenizer()`. Chunks that do not overlap are joined by
+    `separator` (default a blank line), whose tokens are charged. Each chunk is encoded on its
+    own, so the overlap is found only where the chunks' tokens agree (see `Tokenizer`).
+    """
+    if tokenizer is None:
+        tokenizer = WordTokenizer()
+    stitcher: Stitcher[Any] = Stitcher(
+        budget,
+        on_overflow=on_overflow,
+        min_overlap=min_overlap,
+        separator=separator,
+        tokenizer=tokenizer,
+    )
+    stitcher.extend(chunks)
+    return stitcher._tokenizer.decode(stitcher._out)  # type: ignore[union-attr]

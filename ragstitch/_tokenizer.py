@@ -1,0 +1,107 @@
+# Text in, tokens out. The stitcher works on tokens; text chunks are encoded one by one with a
+# tokenizer, and the assembled tokens are decoded back to text.
+#
+# Rules of this file:
+# - A tokenizer is anything with `encode(str)` and `decode(tokens) -> str`. `encode` may return a
+#   sequence of tokens (tiktoken's `Encoding`, transformers' tokenizers, `WordTokenizer`) or an
+#   object with `.ids` (the `Encoding` of Hugging Face `tokenizers`); both fit as they are.
+# - `WordTokenizer` is the offline default: tokens are runs of word characters, runs of
+#   whitespace, and single other characters, so their concatenation is exactly the text, and a
+#   word reads the same whether or not a chunk starts or ends next to it.
+# - Chunks encoded one by one may not share tokens where they were cut: a BPE tokenizer encodes
+#   "brown" at the start of a chunk and " brown" inside one as different ids. Then no overlap is
+#   found there and the chunk is charged in full: text is never merged wrongly, but the saving
+#   can be lost. Pass token ids (`Chunk(tokens=...)`) when the chunker made them.
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Protocol, cast, runtime_checkable
+
+from ._errors import describe
+
+__all__ = ["HasIds", "Tokenizer", "WordTokenizer", "check_tokenizer", "encode_text"]
+
+_PIECE = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+@runtime_checkable
+class HasIds(Protocol):
+    """What Hugging Face `tokenizers.Tokenizer.encode` returns: an object with `ids`."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+
+Encoded = Sequence[Any] | HasIds
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """`encode(text)` gives tokens (or an object with `.ids`); `decode(tokens)` gives text.
+
+    tiktoken's `Encoding`, Hugging Face `tokenizers.Tokenizer` and transformers' tokenizers
+    fit as they are, as does `WordTokenizer`.
+    """
+
+    def encode(self, text: str, /) -> Encoded: ...
+
+    def decode(self, tokens: list[Any], /) -> str: ...
+
+
+class WordTokenizer:
+    """The offline default tokenizer: words, whitespace runs and single other characters.
+
+    >>> WordTokenizer().encode("Four score, and seven")
+    ['Four', ' ', 'score', ',', ' ', 'and', ' ', 'seven']
+
+    `decode` joins the tokens, so `decode(encode(text)) == text` for every `text`. Its token
+    counts are not a language model's: use the model's tokenizer when the budget is the model's.
+    """
+
+    __slots__ = ()
+
+    def encode(self, text: str, /) -> list[str]:
+        if not isinstance(text, str):
+            raise TypeError(f"WordTokenizer.encode expects a str, got {describe(text)}")
+        return _PIECE.findall(text)
+
+    def decode(self, tokens: Sequence[str], /) -> str:
+        try:
+            return "".join(tokens)
+        except TypeError:
+            bad = next((t for t in tokens if not isinstance(t, str)), tokens)
+            raise TypeError(
+                f"WordTokenizer.decode expects str tokens, got {describe(bad)}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return "WordTokenizer()"
+
+
+def check_tokenizer(tokenizer: object) -> Tokenizer:
+    """Return `tokenizer` if it has callable `encode` and `decode`, else raise `TypeError`."""
+    if not (
+        callable(getattr(tokenizer, "encode", None))
+        and callable(getattr(tokenizer, "decode", None))
+    ):
+        raise TypeError(
+            f"tokenizer must have encode(str) and decode(tokens) methods, got {describe(tokenizer)}"
+        )
+    return cast(Tokenizer, tokenizer)
+
+
+def encode_text(tokenizer: Tokenizer, text: str) -> list[Any]:
+    """Encode `text`, accepting a sequence of tokens or an object with `.ids` from `encode`."""
+    encoded: object = tokenizer.encode(text)
+    if not isinstance(encoded, Sequence):
+        ids = getattr(encoded, "ids", None)
+        if isinstance(ids, Sequence):
+            encoded = ids
+    if isinstance(encoded, (str, bytes, bytearray)) or not isinstance(encoded, Sequence):
+        raise TypeError(
+            f"{tokenizer!r}.encode returned {describe(encoded)}; "
+            "expected a sequence of tokens or an object with .ids"
+        )
+    return list(encoded)
