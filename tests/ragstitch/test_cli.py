@@ -1,0 +1,168 @@
+"""The `ragstitch` command: JSON lines in, context out, report on stderr, errors named."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragstitch._cli import main
+
+TEXT_LINES: list[dict[str, Any]] = [
+    {"id": "gettysburg#0", "text": "Four score and seven years ago our fathers"},
+    {"id": "gettysburg#1", "text": "years ago our fathers brought forth on this continent"},
+    {"id": "other#9", "text": "An unrelated chunk that is far too long for what is left"},
+    {"id": "gettysburg#5", "text": "a new nation", "metadata": {"page": 1}},
+]
+
+
+def _write(path: Path, lines: Sequence[object]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(
+    argv: list[str], capsys: pytest.CaptureFixture[str], stdin: str | None = None
+) -> tuple[int, str, str]:
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        status = main(argv)
+    finally:
+        sys.stdin = sys.__stdin__
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_text_chunks_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
+    status, out, err = _run([str(path), "--budget", "31"], capsys)
+    assert status == 0
+    assert out == (
+        "Four score and seven years ago our fathers brought forth on this continent\n\n"
+        "a new nation\n"
+    )
+    assert err.splitlines() == [
+        "ragstitch: 4 chunks, 3 taken, 1 skipped; 31/31 tokens used, 7 saved by overlap",
+        "  taken:   gettysburg#0, gettysburg#1 (overlap 7), gettysburg#5",
+        "  skipped: other#9 (cost 24 > 6 left)",
+    ]
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
+    status, out, err = _run([str(path), "--budget", "31", "--json"], capsys)
+    assert status == 0
+    assert err == ""
+    report = json.loads(out)
+    assert report["text"].startswith("Four score")
+    assert {k: report[k] for k in ("budget", "used", "saved", "taken", "skipped", "unread")} == {
+        "budget": 31,
+        "used": 31,
+        "saved": 7,
+        "taken": 3,
+        "skipped": 1,
+        "unread": 0,
+    }
+    second = report["records"][1]
+    assert second["overlap"] == 7
+    assert second["span"] == [15, 25]
+    start, end = second["chars"]
+    assert report["text"][start:end] == TEXT_LINES[1]["text"]
+    assert report["records"][2]["span"] is None
+    assert report["records"][3]["metadata"] == {"page": 1}
+
+
+def test_token_chunks_from_stdin(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = "\n".join(json.dumps({"tokens": t}) for t in ([1, 2, 3], [2, 3, 4], [7, 8]))
+    status, out, err = _run(["--budget", "5", "--on-overflow", "stop"], capsys, stdin=lines)
+    assert status == 0
+    assert out == "[1, 2, 3, 4]\n"
+    assert "2 taken, 1 skipped" in err
+    assert "#2 (cost 2 > 1 left)" in err
+
+
+def test_unread_chunks_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = "\n".join(json.dumps({"tokens": [i]}) for i in range(5))
+    status, _, err = _run(["-", "--budget", "2"], capsys, stdin=lines)
+    assert status == 0
+    assert "unread:  3 (budget full)" in err
+
+
+def test_min_overlap_and_separator(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = "\n".join(json.dumps({"text": t}) for t in ("of the", "the end"))
+    args = ["--budget", "50", "--min-overlap", "2", "--separator", " / "]
+    status, out, _ = _run(args, capsys, stdin=lines)
+    assert status == 0
+    assert out == "of the / the end\n"
+
+
+BAD_INPUT: list[tuple[str, str, str]] = [
+    ("invalid JSON", '{"text": "a"\n', r"<stdin>:1: invalid JSON"),
+    ("not an object", '["a"]\n', r"<stdin>:1: expected a JSON object, got \['a'\] \(list\)"),
+    ("no text or tokens", '\n{"id": 3}\n', r'<stdin>:2: a chunk needs "text" or "tokens"'),
+    ("unknown key", '{"txt": "a"}\n', r"<stdin>:1: unknown key\(s\) 'txt'"),
+    ("text not a string", '{"text": 5}\n', r"<stdin>:1: text must be a string, got 5 \(int\)"),
+    ("tokens not a list", '{"tokens": "ab"}\n', r"<stdin>:1: tokens must be an array, got 'ab'"),
+    ("metadata not an object", '{"text": "a", "metadata": 1}\n', r"metadata must be an object"),
+    (
+        "int tokens mixed with text",
+        '{"text": "a"}\n{"tokens": [1]}\n',
+        r"line 2: token 1 \(int\) is not a string",
+    ),
+    ("separator without text", '{"tokens": [1]}\n', r"--separator applies to text chunks"),
+]
+
+
+@pytest.mark.parametrize(
+    ("stdin", "message"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT]
+)
+def test_bad_input_is_named(stdin: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--budget", "5"] + (["--separator", "|"] if "separator" in message else [])
+    status, out, err = _run(argv, capsys, stdin=stdin)
+    assert status == 1
+    assert out == ""
+    assert err.startswith("ragstitch: error: ")
+    assert re.search(message, err), err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _run([str(tmp_path / "nope.jsonl"), "--budget", "5"], capsys)
+    assert status == 1
+    assert "nope.jsonl: No such file or directory" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--budget", "-1"], "argument --budget: must be >= 0, got -1"),
+        (["--budget", "2.5"], "argument --budget: invalid int value: '2.5'"),
+        (["--budget", "5", "--min-overlap", "0"], "argument --min-overlap: must be >= 1, got 0"),
+        (["--budget", "5", "--on-overflow", "truncate"], "invalid choice: 'truncate'"),
+        ([], "the following arguments are required: --budget"),
+    ],
+)
+def test_bad_usage(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_python_dash_m(tmp_path: Path) -> None:
+    path = _write(tmp_path / "chunks.jsonl", [{"tokens": ["a", "b"]}, {"tokens": ["b", "c"]}])
+    result = subprocess.run(
+        [sys.executable, "-m", "ragstitch", str(path), "--budget", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(result.stdout)["tokens"] == ["a", "b", "c"]
