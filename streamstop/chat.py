@@ -32,7 +32,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from inspect import isawaitable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -302,7 +310,7 @@ class ChunkStream(Generic[ChunkT]):
         self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
         self._source = source
         self._iterator: AsyncIterator[ChunkT] | None = None
-        self._started = False
+        self._generator: AsyncGenerator[ChunkT, None] | None = None
         self._closed = False
 
     @property
@@ -320,12 +328,14 @@ class ChunkStream(Generic[ChunkT]):
         return self._closed
 
     def __aiter__(self) -> AsyncIterator[ChunkT]:
-        if self._started:
+        if self._generator is not None:
             raise RuntimeError("a ChunkStream can be iterated only once")
-        self._started = True
-        return self._iterate()
+        # Held, so that aclose() can finish it: no async generator is left to the garbage
+        # collector (trio warns about those).
+        self._generator = self._iterate()
+        return self._generator
 
-    async def _iterate(self) -> AsyncIterator[ChunkT]:
+    async def _iterate(self) -> AsyncGenerator[ChunkT, None]:
         chunks = self._filter
         try:
             if self._closed:
@@ -352,6 +362,10 @@ class ChunkStream(Generic[ChunkT]):
         self._closed = True
         # Shielded: closing must finish even when we got here by being cancelled.
         with anyio.CancelScope(shield=True):
+            generator = self._generator
+            # Not when called from inside it (its ``finally``): it is finishing already.
+            if generator is not None and not getattr(generator, "ag_running", False):
+                await generator.aclose()
             if self._iterator is not None and self._iterator is not self._source:
                 await _close_async(self._iterator)
             await _close_async(self._source)
@@ -390,7 +404,7 @@ class SyncChunkStream(Generic[ChunkT]):
         self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
         self._source = source
         self._iterator: Iterator[ChunkT] | None = None
-        self._started = False
+        self._generator: Generator[ChunkT, None, None] | None = None
         self._closed = False
 
     @property
@@ -406,12 +420,12 @@ class SyncChunkStream(Generic[ChunkT]):
         return self._closed
 
     def __iter__(self) -> Iterator[ChunkT]:
-        if self._started:
+        if self._generator is not None:
             raise RuntimeError("a SyncChunkStream can be iterated only once")
-        self._started = True
-        return self._iterate()
+        self._generator = self._iterate()
+        return self._generator
 
-    def _iterate(self) -> Iterator[ChunkT]:
+    def _iterate(self) -> Generator[ChunkT, None, None]:
         chunks = self._filter
         try:
             if self._closed:
@@ -435,6 +449,8 @@ class SyncChunkStream(Generic[ChunkT]):
         if self._closed:
             return
         self._closed = True
+        if self._generator is not None and not getattr(self._generator, "gi_running", False):
+            self._generator.close()
         closables: list[object] = [] if self._iterator is None else [self._iterator]
         if self._source is not self._iterator:
             closables.append(self._source)
@@ -526,7 +542,7 @@ class SSEFilter:
         if self._done:
             return b""
         self._pending += data
-        return self._drain(final=False)
+        return self._drain()
 
     def flush(self) -> bytes:
         """End of the body: the last event, then chunks for the text still held.
@@ -535,16 +551,19 @@ class SSEFilter:
         """
         if self._done:
             return b""
-        out = self._drain(final=True)
-        if self._pending and not self._done:
-            self._pending += b"\n\n"
-            out += self._drain(final=True)
+        out = b""
+        if self._pending:
+            # The body ended: a last "\r" ends its line, and the event needs its blank line.
+            if self._pending.endswith(b"\r"):
+                self._pending += b"\n"
+            self._pending += b"\n" if self._pending.endswith(b"\n") else b"\n\n"
+            out = self._drain()
         if not self._done:
             self._done = True
             out += b"".join(_event_bytes(chunk) for chunk in self._chunks.flush())
         return out
 
-    def _drain(self, *, final: bool) -> bytes:
+    def _drain(self) -> bytes:
         out: list[bytes] = []
         pending = self._pending
         start = self._scan
@@ -552,7 +571,7 @@ class SSEFilter:
             match = _LINE_END.search(pending, start)
             if match is None:
                 break
-            if not final and match.end() == len(pending) and match.group() == b"\r":
+            if match.end() == len(pending) and match.group() == b"\r":
                 break  # perhaps the first half of "\r\n"
             line = bytes(pending[start : match.start()])
             start = match.end()

@@ -1,0 +1,30 @@
+"""streamstop in chat servers: stop strings for any OpenAI-compatible backend.
+
+- :class:`StopMiddleware`: ASGI middleware applying the request's ``stop`` (any number of
+  strings) to streamed and whole responses of ``/v1/chat/completions`` and ``/v1/completions``.
+- :class:`EchoModel`: an OpenAI-compatible app with one model, ``echo``, that streams its input
+  back (``streamstop serve``).
+- :class:`ProxyApp`: forwards the OpenAI API to an upstream server with httpx
+  (``streamstop proxy``).
+
+Importing this package needs only the standard library and anyio; uvicorn and httpx (the
+``server`` extra: ``pip install 'streamstop[server]'``) are imported when a server runs.
+"""
+
+from ._asgi import ASGIApp, Message, Receive, Scope, Send
+from ._echo import EchoModel, echo_pieces
+from ._middleware import DEFAULT_PATHS, StopMiddleware
+from ._proxy import ProxyApp
+
+__all__ = [
+    "DEFAULT_PATHS",
+    "ASGIApp",
+    "EchoModel",
+    "Message",
+    "ProxyApp",
+    "Receive",
+    "Scope",
+    "Send",
+    "StopMiddleware",
+    "echo_pieces",
+]

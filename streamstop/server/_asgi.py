@@ -1,0 +1,145 @@
+"""ASGI plumbing shared by the middleware, the echo model and the proxy: types, bodies, errors.
+
+Only the standard library and anyio: importing this never needs the ``server`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, TypeAlias
+
+import anyio
+
+__all__ = [
+    "ASGIApp",
+    "BodyTooLarge",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "call_until_disconnect",
+    "error_payload",
+    "header",
+    "read_body",
+    "send_error",
+    "send_json",
+]
+
+# The same shapes as Starlette's and the ASGI spec's, so apps and middleware interoperate.
+Scope: TypeAlias = MutableMapping[str, Any]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    """Raised by :func:`read_body` when a request body exceeds its limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than {limit} bytes")
+        self.limit = limit
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or ``None`` if the client disconnected first."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        if message["type"] != "http.request":
+            continue
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The value of header ``name`` (lowercase), or ``None``."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def error_payload(
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | int | None = None,
+) -> dict[str, Any]:
+    """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    payload: object,
+    *,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | int | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    payload = error_payload(message, type=type, param=param, code=code)
+    await send_json(send, status, payload, headers=headers)
+
+
+async def call_until_disconnect(receive: Receive, function: Callable[[], Awaitable[None]]) -> bool:
+    """Await ``function()``, cancelling it if ``receive()`` reports ``http.disconnect`` first.
+
+    Call it once the request body has been read: from then on only the watcher receives.
+    Returns whether the client disconnected. Errors of ``function`` propagate as they are.
+    """
+    disconnected = False
+    error: Exception | None = None
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal disconnected
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected = True
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        with anyio.CancelScope() as scope:
+            group.start_soon(watch, scope)
+            try:
+                await function()
+            except Exception as exc:  # re-raised below, outside the task group: not wrapped
+                error = exc
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return disconnected

@@ -1,0 +1,188 @@
+"""Live servers for the server tests: uvicorn on free loopback ports, in background threads.
+
+Each server listens on a socket bound before uvicorn starts (port 0: the kernel picks a free
+one), so clients can connect at once. Servers are shared by the whole session and shut down at
+its end. Anything uvicorn logs at ERROR (an exception in an app) fails the test that caused it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+
+import anyio.to_thread
+import pytest
+import uvicorn
+
+from streamstop.server import ASGIApp, EchoModel, ProxyApp, StopMiddleware
+
+# A long message: streamed by a slow model it takes seconds, so a test can leave halfway.
+LONG_TEXT = " ".join(f"word{i}" for i in range(3000))
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+
+class LiveServer:
+    """An ASGI app served by uvicorn in a thread; ``url`` is its OpenAI base URL (``.../v1``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        port = self.sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.url = f"{self.base_url}/v1"
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = _Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def start(self) -> LiveServer:
+        self.thread.start()
+        if not self.server.ready.wait(10):
+            raise RuntimeError("uvicorn did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        self.sock.close()
+        if self.thread.is_alive():
+            raise RuntimeError("uvicorn did not stop within 15 s")
+
+
+class StreamEnds:
+    """Records how the echo model's streams ended; tests wait for an outcome without sleeping."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._outcomes: list[str] = []
+
+    def __call__(self, outcome: str) -> None:
+        with self._condition:
+            self._outcomes.append(outcome)
+            self._condition.notify_all()
+
+    def count(self, outcome: str) -> int:
+        with self._condition:
+            return self._outcomes.count(outcome)
+
+    async def wait_for(self, outcome: str, count: int, seconds: float = 10.0) -> None:
+        """Wait until ``outcome`` has been recorded ``count`` times in all."""
+
+        def wait() -> bool:
+            with self._condition:
+                return self._condition.wait_for(
+                    lambda: self._outcomes.count(outcome) >= count, seconds
+                )
+
+        if not await anyio.to_thread.run_sync(wait):
+            raise AssertionError(
+                f"expected {count} streams {outcome}, got {self.count(outcome)} in {seconds} s"
+            )
+
+
+class _ErrorLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+_error_log = _ErrorLog()
+
+
+@pytest.fixture(autouse=True)
+def _no_server_errors() -> Iterator[None]:
+    _error_log.records.clear()
+    yield
+    errors = [_error_log.format(record) for record in _error_log.records]
+    assert not errors, f"the servers logged errors: {errors}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _capture_server_errors() -> Iterator[None]:
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(_error_log)
+    yield
+    logger.removeHandler(_error_log)
+
+
+def _serve(app: ASGIApp) -> Iterator[LiveServer]:
+    server = LiveServer(app).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def echo_ends() -> StreamEnds:
+    return StreamEnds()
+
+
+@pytest.fixture(scope="session")
+def echo_server(echo_ends: StreamEnds) -> Iterator[LiveServer]:
+    """What ``streamstop serve`` runs: the echo model behind the stop middleware."""
+    yield from _serve(StopMiddleware(EchoModel(on_stream_end=echo_ends)))
+
+
+@pytest.fixture(scope="session")
+def slow_ends() -> StreamEnds:
+    return StreamEnds()
+
+
+@pytest.fixture(scope="session")
+def slow_server(slow_ends: StreamEnds) -> Iterator[LiveServer]:
+    """The echo model behind the middleware, pausing 10 ms after each piece."""
+    yield from _serve(StopMiddleware(EchoModel(delay=0.01, on_stream_end=slow_ends)))
+
+
+@pytest.fixture(scope="session")
+def upstream_ends() -> StreamEnds:
+    return StreamEnds()
+
+
+@pytest.fixture(scope="session")
+def upstream_server(upstream_ends: StreamEnds) -> Iterator[LiveServer]:
+    """The bare echo model, no middleware: it ignores stops, like a backend without them."""
+    yield from _serve(EchoModel(on_stream_end=upstream_ends))
+
+
+@pytest.fixture(scope="session")
+def proxy_server(upstream_server: LiveServer) -> Iterator[LiveServer]:
+    """What ``streamstop proxy --upstream <bare echo>`` runs."""
+    yield from _serve(StopMiddleware(ProxyApp(upstream_server.url)))
+
+
+@pytest.fixture(scope="session")
+def slow_upstream_ends() -> StreamEnds:
+    return StreamEnds()
+
+
+@pytest.fixture(scope="session")
+def slow_proxy_server(slow_upstream_ends: StreamEnds) -> Iterator[LiveServer]:
+    """The proxy in front of a slow bare echo model (10 ms per piece)."""
+    upstream = LiveServer(EchoModel(delay=0.01, on_stream_end=slow_upstream_ends)).start()
+    try:
+        yield from _serve(StopMiddleware(ProxyApp(upstream.url)))
+    finally:
+        upstream.stop()
