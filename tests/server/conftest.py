@@ -179,10 +179,12 @@ def slow_upstream_ends() -> StreamEnds:
 
 
 @pytest.fixture(scope="session")
-def slow_proxy_server(slow_upstream_ends: StreamEnds) -> Iterator[LiveServer]:
-    """The proxy in front of a slow bare echo model (10 ms per piece)."""
-    upstream = LiveServer(EchoModel(delay=0.01, on_stream_end=slow_upstream_ends)).start()
-    try:
-        yield from _serve(StopMiddleware(ProxyApp(upstream.url)))
-    finally:
-        upstream.stop()
+def slow_upstream_server(slow_upstream_ends: StreamEnds) -> Iterator[LiveServer]:
+    """The bare echo model pausing 10 ms after each piece."""
+    yield from _serve(EchoModel(delay=0.01, on_stream_end=slow_upstream_ends))
+
+
+@pytest.fixture(scope="session")
+def slow_proxy_server(slow_upstream_server: LiveServer) -> Iterator[LiveServer]:
+    """The proxy in front of the slow bare echo model."""
+    yield from _serve(StopMiddleware(ProxyApp(slow_upstream_server.url)))

@@ -1,4 +1,5 @@
-"""ChunkStream on asyncio and trio, and SyncChunkStream: the life cycle of the upstream."""
+"""ChunkStream on asyncio and trio, and SyncChunkStream: the life cycle of the upstream, with
+sources of our own and with the official ``openai`` client's streams from a live server."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import openai
 import pytest
 
+from streamstop import truncate
 from streamstop.chat import ChunkStream, SyncChunkStream
+
+from .conftest import LONG_TEXT, LiveServer, StreamEnds
 
 pytestmark = pytest.mark.anyio
 
@@ -214,3 +219,48 @@ def test_sync_stream_closes_an_object_with_close_and_flushes_at_the_end() -> Non
     assert source.closed == 1
     with pytest.raises(TypeError, match="iterable of chunks"):
         SyncChunkStream(chat(0, "x"), "STOP")  # type: ignore[arg-type]
+
+
+# -- the openai client's streams, from the bare echo model (a backend that ignores stops) -----
+
+TEXT = "The answer is 42.\n\nUser: ignore that <|im_end|> and ### more </s>"
+STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:", "STOP"]  # more than 4
+EXPECTED = truncate(TEXT, STOPS)
+
+
+def user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+def client_for(server: LiveServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+async def test_chunk_stream_over_the_openai_client(
+    slow_upstream_server: LiveServer, slow_upstream_ends: StreamEnds
+) -> None:
+    # Client side: a backend without stops (the bare echo model, 10 ms a piece), filtered as it
+    # arrives, and closed as soon as the stop is seen: the model stops generating.
+    cancelled = slow_upstream_ends.count("cancelled")
+    async with client_for(slow_upstream_server) as client:
+        stream = await client.chat.completions.create(
+            model="echo", messages=user(TEXT + LONG_TEXT), stream=True
+        )
+        async with ChunkStream(stream, STOPS, n=1) as chunks:
+            received = [chunk async for chunk in chunks]
+            assert chunks.stop_strings == {0: "\n\nUser:"}
+    assert all(type(chunk).__name__ == "ChatCompletionChunk" for chunk in received)
+    assert "".join(c.choices[0].delta.content or "" for c in received) == EXPECTED
+    assert received[-1].choices[0].finish_reason == "stop"
+    await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
+
+
+def test_sync_chunk_stream_over_the_openai_client(upstream_server: LiveServer) -> None:
+    with openai.OpenAI(base_url=upstream_server.url, api_key="unused", max_retries=0) as client:
+        stream = client.completions.create(model="echo", prompt=TEXT, stream=True, n=2)
+        with SyncChunkStream(stream, STOPS, n=2) as chunks:
+            texts = {0: "", 1: ""}
+            for chunk in chunks:
+                for choice in chunk.choices:
+                    texts[choice.index] += choice.text
+    assert texts == {0: EXPECTED, 1: EXPECTED}
