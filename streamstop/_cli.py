@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from ._buffer import StopBuffer
 from ._stream import SyncStopStream
+from .server._commands import add_server_commands
 
 __all__ = ["main"]
 
@@ -142,12 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo_parser.set_defaults(handler=_run_demo)
 
-    try:
-        from .server._commands import add_server_commands
-    except ImportError:  # the server commands have not been installed in this tree
-        pass
-    else:
-        add_server_commands(commands)
+    # Registers `serve` and `proxy`; their dependencies (the `server` extra) load only when run.
+    add_server_commands(commands)
     return parser
 
 
