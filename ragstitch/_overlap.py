@@ -7,12 +7,19 @@
 #   below computed it.
 # - The cost is O(m), m = min(len(left), len(right)), on every input. Only the last m tokens of
 #   `left` can take part in an overlap, so nothing before them is ever read.
-# - The usual case is served by C-level operations: `list.index` finds the few positions in the
-#   tail of `left` where `right[0]` occurs (each such position i is a candidate overlap of length
-#   k = len(left) - i), two O(1) probes reject most candidates, and one slice comparison confirms
-#   a candidate. Candidates are tried longest first, so the first confirmed one is the answer.
+# - The usual case is served by C-level operations. A candidate is a start position s in the
+#   last m tokens of `left`, for an overlap of k = len(left) - s tokens. `list.index` finds the
+#   candidates: the positions where an *anchor* token `right[j]` occurs (at s + j). Two O(1)
+#   probes (the last token, the second one) and a comparison of the first _PROBE tokens reject
+#   most of them, and one slice comparison confirms a candidate. Candidates are tried longest
+#   first, so the first confirmed one is the answer.
+# - The anchor is `right[0]` to begin with. If it is a frequent token (a space, "the", ",")
+#   and many candidates go by, the tokens `right[:_ANCHORS]` are counted in the next _SAMPLE
+#   tokens of `left` (`list.count`, C-level) and scanning goes on with the rarest of them; the
+#   few short candidates (k <= j) that such an anchor cannot see are checked at the end.
 # - Adversarial input (one token repeated, periodic text) can make many candidates survive the
-#   probes, and each slice comparison costs O(k). Their total cost is metered; once it passes a
+#   probes, and each whole-slice comparison costs O(k). Their total cost is metered (the probes
+#   cost O(1) per candidate, so they need no meter); once it passes a
 #   small multiple of m we switch to the Knuth-Morris-Pratt failure function, which is O(m) in
 #   pure Python. The fast path never spends more than that allowance, so the worst case stays
 #   linear.
@@ -30,6 +37,13 @@ __all__ = ["overlap"]
 # before it hands over to KMP.
 _WORK_FACTOR = 2
 _WORK_SLACK = 64
+# Tokens compared before a candidate's whole slice is: most false candidates fail early.
+_PROBE = 8
+# Candidates of `right[0]` examined before the rarest of `right[:_ANCHORS]` is looked for.
+_SWITCH = 8
+_ANCHORS = 4
+# Tokens of `left` in which the anchors are counted.
+_SAMPLE = 32
 
 _NATIVE = (list, tuple, str, bytes)
 
@@ -74,30 +88,78 @@ def overlap_native(left: Any, right: Any) -> int:
     m = min(n, len(right))
     if m == 0:
         return 0
+    text = isinstance(left, (str, bytes))
+    # str.index / bytes.index search for a subsequence: a one-element slice does that.
+    first = right[:1] if text else right[0]
+    second = right[1] if m > 1 else None
+    last = left[-1]
+    index = left.index
+    limit = _WORK_FACTOR * m + _WORK_SLACK
+    work = 0
+    seen = 0
+    s: int = n - m
+    while True:
+        try:
+            s = index(first, s)
+        except ValueError:
+            return 0
+        k = n - s
+        # Two O(1) necessary conditions: the chunk's k-th token is the last token of `left`,
+        # and (for k >= 2) the chunk's second token follows the candidate start.
+        if right[k - 1] == last and (k < 2 or left[s + 1] == second):
+            if k <= _PROBE:
+                if left[s:] == right[:k]:
+                    return k
+            elif left[s : s + _PROBE] == right[:_PROBE]:
+                work += k
+                if work > limit:
+                    return _overlap_kmp(left, right, m)
+                if left[s:] == right[:k]:
+                    return k
+        s += 1
+        seen += 1
+        if seen == _SWITCH and n - s > 2 * _ANCHORS:
+            return _overlap_rare_anchor(left, right, m, s, work, limit, text)
+
+
+def _overlap_rare_anchor(
+    left: Any, right: Any, m: int, start: int, work: int, limit: int, text: bool
+) -> int:
+    """Go on from candidate `start` with the rarest of `right[:_ANCHORS]` as the anchor."""
+    n = len(left)
+    sample = left[start : start + _SAMPLE]  # counting all of `left` would cost more than it saves
+    anchors = min(_ANCHORS, m)
+    counts = [sample.count(right[j : j + 1] if text else right[j]) for j in range(anchors)]
+    j = counts.index(min(counts))
+    anchor = right[j : j + 1] if text else right[j]
     first = right[0]
     last = left[-1]
     index = left.index
-    work = 0
-    limit = _WORK_FACTOR * m + _WORK_SLACK
-    i: int = n - m
-    if isinstance(left, (str, bytes)):
-        # str.index / bytes.index search for a subsequence; a one-element slice does that.
-        first = right[:1]
+    # Candidates with k > j: the anchor sits at p = s + j, inside `left`.
+    p: int = start + j
     while True:
         try:
-            i = index(first, i)
+            p = index(anchor, p)
         except ValueError:
-            return 0
-        k = n - i
-        # Two O(1) necessary conditions: the chunk's k-th token is the last token of `left`,
-        # and (for k >= 2) the chunk's second token follows the candidate start.
-        if right[k - 1] == last and (k < 2 or left[i + 1] == right[1]):
-            work += k
-            if work > limit:
-                return _overlap_kmp(left, right, m)
-            if left[i:] == right[:k]:
-                return k
-        i += 1
+            break
+        s = p - j
+        k = n - s
+        if right[k - 1] == last and left[s] == first:
+            if k <= _PROBE:
+                if left[s:] == right[:k]:
+                    return k
+            elif left[s : s + _PROBE] == right[:_PROBE]:
+                work += k
+                if work > limit:
+                    return _overlap_kmp(left, right, m)
+                if left[s:] == right[:k]:
+                    return k
+        p += 1
+    # Candidates with k <= j, which the anchor cannot see (at most _ANCHORS - 1 of them).
+    for k in range(min(j, n - start), 0, -1):
+        if left[n - k :] == right[:k]:
+            return k
+    return 0
 
 
 def _overlap_kmp(left: Any, right: Any, m: int) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragstitch import overlap
+from ragstitch import _overlap, overlap
 from ragstitch._overlap import _overlap_kmp, overlap_native
 
 from .reference import ref_overlap
@@ -161,3 +162,54 @@ def test_only_the_last_tokens_of_left_are_read() -> None:
     left = Guarded(list(range(1000)), floor=1000 - 3)
     assert overlap(left, [997, 998, 999]) == 3
     assert overlap(left, [5, 6]) == 0
+
+
+# -- every path of the fast path, with its thresholds made small -----------------------------
+
+frequent = st.lists(st.sampled_from([0, 0, 0, 0, 1, 2, 3]), max_size=80)
+
+
+@settings(max_examples=500)
+@given(
+    frequent,
+    st.integers(0, 80),
+    frequent,
+    st.integers(1, 4),
+    st.integers(1, 8),
+    st.integers(1, 4),
+    st.integers(0, 8),
+)
+def test_matches_brute_force_on_every_path(
+    left: list[int], cut: int, tail: list[int], switch: int, sample: int, probe: int, slack: int
+) -> None:
+    right = left[min(cut, len(left)) :] + tail if cut % 3 else tail
+    expected = ref_overlap(left, right)
+    with (
+        mock.patch.object(_overlap, "_SWITCH", switch),
+        mock.patch.object(_overlap, "_SAMPLE", sample),
+        mock.patch.object(_overlap, "_PROBE", probe),
+        mock.patch.object(_overlap, "_WORK_SLACK", slack),
+    ):
+        assert overlap(left, right) == expected
+        assert overlap(tuple(left), tuple(right)) == expected
+        assert overlap("".join(map(str, left)), "".join(map(str, right))) == expected
+        assert overlap(bytes(left), bytes(right)) == expected
+
+
+def test_a_frequent_first_token_hands_over_to_a_rarer_anchor() -> None:
+    # Text-like tokens: a space between words. The chunk starts with the space.
+    words = [f"w{i * 7919 % 1009}" for i in range(300)]  # no word repeats
+    text = [t for w in words for t in (w, " ")]
+    left, right = text[:400], text[351:700]
+    with mock.patch.object(
+        _overlap, "_overlap_rare_anchor", wraps=_overlap._overlap_rare_anchor
+    ) as rare:
+        assert overlap(left, right) == ref_overlap(left, right) == 49
+    assert rare.call_count == 1
+
+
+def test_periodic_input_falls_back_to_kmp() -> None:
+    left, right = [0] * 500, [0] * 249 + [1] + [0] * 250
+    with mock.patch.object(_overlap, "_overlap_kmp", wraps=_overlap._overlap_kmp) as kmp:
+        assert overlap(left, right) == 249
+    assert kmp.call_count == 1
