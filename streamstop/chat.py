@@ -499,9 +499,10 @@ class SSEFilter:
     is sent as a single ``data:`` line (its other fields, ``event:`` or ``id:``, kept); comments,
     other events and data that is not JSON pass through.
 
-    ``data: [DONE]`` releases the held text first. Once :attr:`done`, the response is over:
-    after all choices stopped the filter sends ``data: [DONE]`` itself, and later bytes are
-    dropped; the caller should end the response and close the upstream.
+    ``data: [DONE]`` and an error event (``data: {"error": ...}``) end the stream, releasing
+    the held text first. Once :attr:`done`, the response is over: after all choices stopped
+    the filter sends ``data: [DONE]`` itself; later bytes are dropped; the caller should end
+    the response and close the upstream.
 
     >>> sse = SSEFilter("</s>", n=1)
     >>> sse.feed(b'data: {"choices":[{"index":0,"delta":{"content":"Hi</s>"}}]}\\n\\ndata: [DO')
@@ -605,6 +606,10 @@ class SSEFilter:
             return raw
         if not isinstance(chunk, dict):
             return raw
+        if "error" in chunk and "choices" not in chunk:
+            # An error ends the stream (the openai client raises on it): the held text first.
+            self._done = True
+            return b"".join(_event_bytes(held) for held in self._chunks.flush()) + raw
         out = self._chunks.feed(chunk)
         if out is chunk:
             result = raw

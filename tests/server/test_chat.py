@@ -52,16 +52,18 @@ def content_of(chunk: Chunk | None, index: int = 0) -> str | None:
     assert chunk is not None
     for choice in chunk["choices"]:
         if choice["index"] == index:
-            if "delta" in choice:
-                return choice["delta"].get("content")
-            return choice["text"]
+            text = choice["delta"].get("content") if "delta" in choice else choice["text"]
+            assert text is None or isinstance(text, str)
+            return text
     return None
 
 
 def finish_of(chunk: Chunk | None, index: int = 0) -> str | None:
     assert chunk is not None
     (choice,) = [c for c in chunk["choices"] if c["index"] == index]
-    return choice.get("finish_reason")
+    finish_reason = choice.get("finish_reason")
+    assert finish_reason is None or isinstance(finish_reason, str)
+    return finish_reason
 
 
 # -- named cases -------------------------------------------------------------------------------
@@ -400,7 +402,7 @@ def sse_text(body: bytes, index: int = 0) -> str:
     return "".join(
         content_of(event, index) or ""
         for event in parse_sse(body)
-        if event != "[DONE]" and any(c["index"] == index for c in event["choices"])
+        if event != "[DONE]" and any(c["index"] == index for c in event.get("choices", []))
     )
 
 
@@ -453,6 +455,14 @@ def test_sse_done_releases_held_text_first() -> None:
     events = parse_sse(out)
     assert [content_of(e) for e in events[:-1]] == ["ok ", "</"]
     assert events[-1] == "[DONE]"
+
+
+def test_sse_an_error_event_ends_the_stream_after_the_held_text() -> None:
+    error = b'data: {"error": {"message": "overloaded"}}\n\n'
+    body = sse_body([chat(0, "ok </")], done=False) + error + sse_body([chat(0, "late")])
+    out = run_sse(body, ["</s>"])
+    assert out.endswith(error)
+    assert sse_text(out) == "ok </"
 
 
 def test_sse_end_without_done_or_final_blank_line() -> None:

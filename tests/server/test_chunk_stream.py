@@ -3,7 +3,7 @@ sources of our own and with the official ``openai`` client's streams from a live
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -43,6 +43,9 @@ class Upstream:
     ``close_style`` picks what it offers: ``"aclose"``, an async ``"close"`` (as AsyncStream,
     which has both), a sync ``"sync-close"``, or ``"none"``.
     """
+
+    aclose: Callable[[], Awaitable[None]]
+    close: Callable[[], object]
 
     def __init__(
         self,
@@ -218,7 +221,7 @@ def test_sync_stream_closes_an_object_with_close_and_flushes_at_the_end() -> Non
     stream.close()
     assert source.closed == 1
     with pytest.raises(TypeError, match="iterable of chunks"):
-        SyncChunkStream(chat(0, "x"), "STOP")  # type: ignore[arg-type]
+        SyncChunkStream(chat(0, "x"), "STOP")
 
 
 # -- the openai client's streams, from the bare echo model (a backend that ignores stops) -----

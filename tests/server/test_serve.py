@@ -16,7 +16,14 @@ from streamstop import truncate
 
 from .conftest import LONG_TEXT, LiveServer, StreamEnds
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """uvicorn runs the servers on asyncio in their threads; the clients here do too."""
+    return "asyncio"
+
 
 TEXT = "The answer is 42.\n\nUser: ignore that <|im_end|> and ### then ### Observation: more </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:", "STOP"]  # more than 4
@@ -230,25 +237,19 @@ async def test_client_disconnect_stops_the_model(
     # Filtered (a stop given) or passed through (none): either way the model is stopped.
     cancelled = slow_ends.count("cancelled")
     request = {"model": "echo", "stream": True, "stop": stop, "messages": user(LONG_TEXT)}
-    async with httpx.AsyncClient(base_url=slow_server.url) as client:
-        async with client.stream("POST", "/chat/completions", json=request) as response:
-            lines = response.aiter_lines()
-            data = [line async for line in _first_data_lines(lines, 3)]
-            assert len(data) == 3
-            await lines.aclose()
-        # Leaving the block closed the connection halfway through a 10 s stream.
-        start = time.monotonic()
-        await slow_ends.wait_for("cancelled", cancelled + 1)
-        assert time.monotonic() - start < 5
-
-
-async def _first_data_lines(lines: Any, count: int) -> Any:
-    async for line in lines:
-        if line.startswith("data: "):
-            yield line
-            count -= 1
-            if not count:
-                return
+    async with (
+        httpx.AsyncClient(base_url=slow_server.url) as client,
+        client.stream("POST", "/chat/completions", json=request) as response,
+    ):
+        received = 0
+        async for line in response.aiter_lines():
+            received += line.startswith("data: ")
+            if received == 3:
+                break
+    # Leaving the block closed the connection halfway through a 30 s stream.
+    start = time.monotonic()
+    await slow_ends.wait_for("cancelled", cancelled + 1)
+    assert time.monotonic() - start < 5
 
 
 async def test_two_hundred_concurrent_streams_are_all_cut(
