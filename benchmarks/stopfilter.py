@@ -67,16 +67,16 @@ FULL = Config(
     live_buffers=10_000,
 )
 QUICK = Config(
-    streams=4,
-    length=100,
+    streams=2,
+    length=40,
     rounds=2,
     round_budget_s=0.02,
-    async_streams=4,
+    async_streams=2,
     async_rounds=2,
     lengths=(1_000, 10_000),
     rescan_lengths=(1_000,),
     length_rounds=1,
-    live_buffers=300,
+    live_buffers=100,
 )
 
 # The per-token benchmark's candidates: the peers, plus ours on a fresh automaton every round
@@ -561,6 +561,15 @@ def _environment() -> dict[str, str]:
             text=True,
             check=True,
         ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "streamstop"],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if dirty:
+            commit += " with uncommitted changes to streamstop/"
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     from importlib.metadata import version
