@@ -15,8 +15,10 @@
 #   first, so the first confirmed one is the answer.
 # - The anchor is `right[0]` to begin with. If it is a frequent token (a space, "the", ",")
 #   and many candidates go by, the tokens `right[:_ANCHORS]` are counted in the next _SAMPLE
-#   tokens of `left` (`list.count`, C-level) and scanning goes on with the rarest of them; the
-#   few short candidates (k <= j) that such an anchor cannot see are checked at the end.
+#   tokens of `left`, and `left[-1]` in the first _SAMPLE places of `right` where it would
+#   have to be (`list.count`, C-level); scanning goes on with the rarest. With `right[j]`, the
+#   few short candidates (k <= j) that it cannot see are checked at the end; with `left[-1]`,
+#   found in `right` reversed, every candidate is seen, longest first.
 # - Adversarial input (one token repeated, periodic text) can make many candidates survive the
 #   probes, and each whole-slice comparison costs O(k). Their total cost is metered (the probes
 #   cost O(1) per candidate, so they need no meter); once it passes a
@@ -125,11 +127,20 @@ def overlap_native(left: Any, right: Any) -> int:
 def _overlap_rare_anchor(
     left: Any, right: Any, m: int, start: int, work: int, limit: int, text: bool
 ) -> int:
-    """Go on from candidate `start` with the rarest of `right[:_ANCHORS]` as the anchor."""
+    """Go on from candidate `start` (overlaps of at most `n - start` tokens) with a rarer anchor.
+
+    The anchors are `right[j]` for j < _ANCHORS, found in `left`, and `left[-1]`, found in
+    `right` (reversed, so that the longest overlaps still come first); each is counted in a
+    sample of _SAMPLE tokens where it would be searched, and the rarest is used.
+    """
     n = len(left)
+    top = n - start  # the longest overlap still possible
     sample = left[start : start + _SAMPLE]  # counting all of `left` would cost more than it saves
-    anchors = min(_ANCHORS, m)
-    counts = [sample.count(right[j : j + 1] if text else right[j]) for j in range(anchors)]
+    counts = [sample.count(right[j : j + 1] if text else right[j]) for j in range(min(_ANCHORS, m))]
+    last = left[-1:] if text else left[-1]
+    if right[max(top - _SAMPLE, 0) : top].count(last) < min(counts):
+        reverse = right[top - 1 :: -1]  # right[top - 1], right[top - 2], ..., right[0]
+        return _overlap_by_last(left, right, m, reverse, last, work, limit)
     j = counts.index(min(counts))
     anchor = right[j : j + 1] if text else right[j]
     first = right[0]
@@ -156,10 +167,39 @@ def _overlap_rare_anchor(
                     return k
         p += 1
     # Candidates with k <= j, which the anchor cannot see (at most _ANCHORS - 1 of them).
-    for k in range(min(j, n - start), 0, -1):
+    for k in range(min(j, top), 0, -1):
         if left[n - k :] == right[:k]:
             return k
     return 0
+
+
+def _overlap_by_last(
+    left: Any, right: Any, m: int, reverse: Any, last: Any, work: int, limit: int
+) -> int:
+    """Candidates are where `right[k - 1] == left[-1]`; `reverse[q]` is `right[top - 1 - q]`."""
+    n = len(left)
+    top = len(reverse)
+    first = right[0]
+    index = reverse.index
+    q: int = 0
+    while True:
+        try:
+            q = index(last, q)
+        except ValueError:
+            return 0
+        k = top - q
+        s = n - k
+        if left[s] == first:
+            if k <= _PROBE:
+                if left[s:] == right[:k]:
+                    return k
+            elif left[s : s + _PROBE] == right[:_PROBE]:
+                work += k
+                if work > limit:
+                    return _overlap_kmp(left, right, m)
+                if left[s:] == right[:k]:
+                    return k
+        q += 1
 
 
 def _overlap_kmp(left: Any, right: Any, m: int) -> int:

@@ -213,3 +213,13 @@ def test_periodic_input_falls_back_to_kmp() -> None:
     with mock.patch.object(_overlap, "_overlap_kmp", wraps=_overlap._overlap_kmp) as kmp:
         assert overlap(left, right) == 249
     assert kmp.call_count == 1
+
+
+def test_a_rare_last_token_is_searched_in_right() -> None:
+    # left ends in a token that right never has: found by one C-level search, not m checks.
+    left, right = [0] * 499 + [1], [0] * 500
+    with mock.patch.object(
+        _overlap, "_overlap_by_last", wraps=_overlap._overlap_by_last
+    ) as by_last:
+        assert overlap(left, right) == 0
+    assert by_last.call_count == 1
