@@ -1,0 +1,295 @@
+"""StopMiddleware in-process, on asyncio and trio: ASGI messages driven by hand, one edge per test.
+
+The client side plays a server: it hands over the request body (in pieces if asked), then
+waits; ``receive`` reports ``http.disconnect`` once the response is complete or the client
+leaves. The inner app is a small ASGI app recording what it saw and whether it was cancelled.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from streamstop.chat import SSEFilter
+from streamstop.server import Message, Receive, Scope, Send, StopMiddleware
+
+pytestmark = pytest.mark.anyio
+
+
+class Client:
+    def __init__(self, body: bytes | list[bytes], *, fail_send_after: int | None = None) -> None:
+        self.parts = [body] if isinstance(body, bytes) else list(body)
+        self.fail_send_after = fail_send_after
+        self.messages: list[Message] = []
+        self.gone = anyio.Event()
+
+    async def receive(self) -> Message:
+        if self.parts:
+            part = self.parts.pop(0)
+            return {"type": "http.request", "body": part, "more_body": bool(self.parts)}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        if self.fail_send_after is not None and len(self.messages) >= self.fail_send_after:
+            raise OSError("connection reset by peer")
+        self.messages.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.gone.set()  # the response is complete: as uvicorn, report a disconnect
+
+    @property
+    def status(self) -> int:
+        return int(self.messages[0]["status"])
+
+    @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.messages[0]["headers"])
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+    @property
+    def complete(self) -> bool:
+        last = self.messages[-1]
+        return last["type"] == "http.response.body" and not last.get("more_body", False)
+
+
+class App:
+    """Reads the request, then sends ``pieces`` as body messages of the given content type."""
+
+    def __init__(
+        self,
+        pieces: list[bytes],
+        *,
+        content_type: bytes = b"text/event-stream",
+        status: int = 200,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        hang: bool = False,
+        fail: bool = False,
+        end: bool = True,
+    ) -> None:
+        self.pieces = pieces
+        self.headers = [(b"content-type", content_type), *(headers or [])]
+        self.status = status
+        self.hang = hang
+        self.fail = fail
+        self.end = end
+        self.request_body = b""
+        self.scope: Scope = {}
+        self.receive: Receive | None = None
+        self.sent = 0
+        self.cancelled = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope, self.receive = scope, receive
+        if scope["type"] != "http":
+            return
+        message = await receive()
+        self.request_body = message.get("body", b"")
+        try:
+            await send(
+                {"type": "http.response.start", "status": self.status, "headers": self.headers}
+            )
+            for piece in self.pieces:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+                self.sent += 1
+            if self.fail:
+                raise RuntimeError("the model crashed")
+            if self.hang:
+                await anyio.sleep_forever()
+            if self.end:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+
+
+def http_scope(path: str = "/v1/chat/completions", method: str = "POST", **extra: Any) -> Scope:
+    headers = [(b"host", b"test"), (b"content-type", b"application/json")]
+    return {"type": "http", "method": method, "path": path, "headers": headers, **extra}
+
+
+def request(stop: Any = "</s>", **fields: Any) -> bytes:
+    return json.dumps({"model": "m", "stream": True, "stop": stop, **fields}).encode()
+
+
+def sse(*contents: str, done: bool = True) -> bytes:
+    events = [
+        b"data: "
+        + json.dumps(
+            {"choices": [{"index": 0, "delta": {"content": c}, "finish_reason": None}]}
+        ).encode()
+        + b"\n\n"
+        for c in contents
+    ]
+    return b"".join(events) + (b"data: [DONE]\n\n" if done else b"")
+
+
+def text_of(body: bytes) -> str:
+    text = ""
+    for block in body.split(b"\n\n"):
+        if block.startswith(b"data: {"):
+            for choice in json.loads(block[6:])["choices"]:
+                text += choice["delta"].get("content") or ""
+    return text
+
+
+async def run(app: App, client: Client, scope: Scope | None = None, **options: Any) -> None:
+    await StopMiddleware(app, **options)(scope or http_scope(), client.receive, client.send)
+
+
+async def test_sse_split_into_single_bytes_is_filtered_as_a_whole() -> None:
+    body = sse("Hel", "lo </", "s> and", " more", done=True)
+    app = App([body[i : i + 1] for i in range(len(body))])
+    client = Client(request())
+    await run(app, client)
+    whole = SSEFilter("</s>", n=1)
+    assert client.body == whole.feed(body) + whole.flush()
+    assert text_of(client.body) == "Hello "
+    assert client.body.endswith(b"data: [DONE]\n\n")
+    assert client.complete
+    assert b"content-length" not in client.headers
+    assert app.cancelled  # stopped at the stop, not at the end of its body
+
+
+async def test_the_cut_ends_the_response_and_cancels_the_app() -> None:
+    app = App([sse("a", "b</s>c", done=False), sse("never")], hang=True)
+    client = Client(request())
+    await run(app, client)
+    assert app.cancelled
+    assert app.sent == 0  # cancelled in the very send that carried the stop
+    assert text_of(client.body) == "ab"
+    assert client.body.endswith(b"data: [DONE]\n\n")
+    assert client.complete
+
+
+async def test_n_choices_keep_the_app_running_until_all_are_over() -> None:
+    def chunk(index: int, content: str) -> bytes:
+        choice = {"index": index, "delta": {"content": content}, "finish_reason": None}
+        return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+
+    app = App([chunk(0, "a</s>"), chunk(1, "b"), chunk(1, "c</s>"), chunk(0, "x")], hang=True)
+    client = Client(request(n=2))
+    await run(app, client)
+    assert app.sent == 2  # cancelled while sending the third: then both choices were over
+    assert app.cancelled
+    assert client.body.count(b'"finish_reason":"stop"') == 2
+
+
+async def test_whole_json_response_is_cut_with_a_new_content_length() -> None:
+    response = {
+        "choices": [{"index": 0, "message": {"content": "yes</s>no"}, "finish_reason": "length"}]
+    }
+    body = json.dumps(response).encode()
+    app = App(
+        [body[:10], body[10:]],
+        content_type=b"application/json",
+        headers=[(b"content-length", str(len(body)).encode())],
+    )
+    client = Client(request(stream=False))
+    await run(app, client)
+    cut = json.loads(client.body)
+    assert cut["choices"][0] == {"index": 0, "message": {"content": "yes"}, "finish_reason": "stop"}
+    assert client.headers[b"content-length"] == str(len(client.body)).encode()
+    assert [m["type"] for m in client.messages] == ["http.response.start", "http.response.body"]
+
+
+async def test_stop_is_removed_from_the_forwarded_request_by_default() -> None:
+    app = App([sse("x")])
+    original = request(stop=["a", "b", "c", "d", "e"])
+    scope = http_scope()
+    scope["headers"].append((b"content-length", str(len(original)).encode()))
+    await run(app, Client([original[:7], original[7:]]), scope)
+    forwarded = json.loads(app.request_body)
+    assert "stop" not in forwarded
+    assert forwarded["model"] == "m"
+    assert dict(app.scope["headers"])[b"content-length"] == str(len(app.request_body)).encode()
+
+    keeping = App([sse("x")])
+    await run(keeping, Client(original), scope, forward_stop=True)
+    assert keeping.request_body == original
+
+
+async def test_include_stop() -> None:
+    client = Client(request())
+    await run(App([sse("a</s>b")]), client, include_stop=True)
+    assert text_of(client.body) == "a</s>"
+
+
+async def test_body_too_large() -> None:
+    app = App([])
+    client = Client([b"x" * 600, b"x" * 600])
+    await run(app, client, max_body_size=1000)
+    assert client.status == 413
+    assert "1000" in json.loads(client.body)["error"]["message"]
+    assert app.receive is None  # never called
+
+
+async def test_client_disconnect_cancels_the_app() -> None:
+    app = App([sse("a", done=False)], hang=True)
+    client = Client(request())
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, app, client)
+        await anyio.wait_all_tasks_blocked()
+        assert app.sent == 1
+        client.gone.set()
+    assert app.cancelled
+    assert not client.complete
+
+
+async def test_a_failing_send_cancels_the_app_quietly() -> None:
+    app = App([sse("a", done=False)] * 5, hang=True)
+    client = Client(request(), fail_send_after=2)
+    await run(app, client)  # no error: the client is gone, nobody to tell
+    assert app.cancelled
+    assert len(client.messages) == 2
+
+
+async def test_app_errors_propagate_unwrapped() -> None:
+    with pytest.raises(RuntimeError, match="the model crashed"):
+        await run(App([sse("a", done=False)], fail=True), Client(request()))
+
+
+async def test_an_app_that_never_ends_its_body_is_ended_with_the_held_text() -> None:
+    client = Client(request())
+    await run(App([sse("a</", done=False)], end=False), client)
+    assert text_of(client.body) == "a</"
+    assert client.complete
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        http_scope(method="GET"),
+        http_scope(path="/v1/embeddings"),
+        {"type": "lifespan"},
+    ],
+)
+async def test_other_requests_pass_through_untouched(scope: Scope) -> None:
+    app = App([b"data: </s>\n\n"])
+    client = Client(request())
+    await run(app, client, dict(scope))
+    assert app.receive == client.receive  # the server's own receive, untouched
+
+
+async def test_responses_that_are_not_ours_to_touch() -> None:
+    compressed = gzip.compress(sse("a</s>b"))
+    client = Client(request())
+    await run(App([compressed], headers=[(b"content-encoding", b"gzip")]), client)
+    assert client.body == compressed
+
+    error = json.dumps({"error": {"message": "bad </s>"}}).encode()
+    client = Client(request())
+    await run(App([error], content_type=b"application/json", status=400), client)
+    assert (client.status, client.body) == (400, error)
+
+    no_stops = Client(request(stop=None))
+    app = App([sse("a</s>b")])
+    await run(app, no_stops)
+    assert no_stops.body == sse("a</s>b")
+    assert json.loads(app.request_body) == {"model": "m", "stream": True}
