@@ -74,8 +74,12 @@ def test_starlette_middleware_example(starlette_server: LiveServer) -> None:
 # -- the commands ------------------------------------------------------------------------------
 
 
-def start(*args: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``streamstop <args> --port 0``; return the process and the URL it printed."""
+def start(*args: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Start ``streamstop <args> --port 0``; return the process, the URL and the hint it printed.
+
+    Both banner lines are read here: ``communicate()`` reads the pipe itself, past any line
+    already buffered by ``readline()``.
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", "streamstop", *args, "--port", "0", "--log-level", "warning"],
         stdout=subprocess.PIPE,
@@ -89,7 +93,7 @@ def start(*args: str) -> tuple[subprocess.Popen[str], str]:
         process.kill()
         out, err = process.communicate()
         raise AssertionError(f"no URL in {first!r}: {out!r} {err!r}")
-    return process, url
+    return process, url, process.stdout.readline()
 
 
 def interrupt(process: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -99,7 +103,7 @@ def interrupt(process: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 
 def test_serve_prints_its_url_and_a_hint_and_stops_on_ctrl_c() -> None:
-    process, url = start("serve", "--delay", "0")
+    process, url, hint = start("serve", "--delay", "0")
     try:
         assert url.endswith("/v1")
         request = {
@@ -112,12 +116,13 @@ def test_serve_prints_its_url_and_a_hint_and_stops_on_ctrl_c() -> None:
     finally:
         code, out, err = interrupt(process)
     assert code == 0, err
-    assert out.startswith("try: curl -N ")  # the second line of the banner
-    assert "server stopped" in out
+    assert hint.startswith(f"try: curl -N {url}/chat/completions ")
+    assert out == "streamstop: server stopped\n"
 
 
 def test_proxy_command(upstream_server: LiveServer) -> None:
-    process, url = start("proxy", "--upstream", upstream_server.url)
+    process, url, hint = start("proxy", "--upstream", upstream_server.url)
+    assert hint.startswith(f"try: OPENAI_BASE_URL={url} ")
     try:
         request = {"model": "echo", "prompt": "a b c STOP d", "stop": ["STOP", "1", "2", "3", "4"]}
         response = httpx.post(f"{url}/completions", json=request, timeout=10)
