@@ -27,7 +27,7 @@ __all__ = ["main"]
 _PROG = "ragstitch"
 
 
-class InputError(Exception):
+class _InputError(Exception):
     """Bad input, reported as `ragstitch: error: <where>: <what>` with exit status 1."""
 
 
@@ -86,12 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with open(args.file, encoding="utf-8") as stream:
                     chunks = _read(stream, args.file)
             except OSError as error:
-                raise InputError(f"{args.file}: {error.strerror or error}") from None
+                raise _InputError(f"{args.file}: {error.strerror or error}") from None
         text_mode = any(isinstance(chunk, TextChunk) for chunk, _ in chunks)
         if text_mode:
             _check_text_tokens(chunks)
         elif args.separator is not None:
-            raise InputError("--separator applies to text chunks, and the input has none")
+            raise _InputError("--separator applies to text chunks, and the input has none")
         stitcher: Stitcher[Any] = Stitcher(
             args.budget,
             on_overflow=args.on_overflow,
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tokenizer=WordTokenizer() if text_mode else None,
         )
         stitcher.extend(chunk for chunk, _ in chunks)
-    except InputError as error:
+    except _InputError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return 1
     result = stitcher.result()
@@ -127,12 +127,12 @@ def _read(stream: TextIO, name: str) -> list[tuple[Chunk[Any] | TextChunk, int]]
         try:
             item = json.loads(line)
         except json.JSONDecodeError as error:
-            raise InputError(f"{where}: invalid JSON: {error.msg}") from None
+            raise _InputError(f"{where}: invalid JSON: {error.msg}") from None
         if not isinstance(item, dict):
-            raise InputError(f"{where}: expected a JSON object, got {describe(item)}")
+            raise _InputError(f"{where}: expected a JSON object, got {describe(item)}")
         unknown = sorted(set(item) - {"id", "text", "tokens", "metadata"})
         if unknown:
-            raise InputError(
+            raise _InputError(
                 f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
                 "expected id, text or tokens, metadata"
             )
@@ -140,19 +140,19 @@ def _read(stream: TextIO, name: str) -> list[tuple[Chunk[Any] | TextChunk, int]]
         if metadata is None:
             metadata = {}
         if not isinstance(metadata, dict):
-            raise InputError(f"{where}: metadata must be an object, got {describe(metadata)}")
+            raise _InputError(f"{where}: metadata must be an object, got {describe(metadata)}")
         if "tokens" in item:
             tokens = item["tokens"]
             if not isinstance(tokens, list):
-                raise InputError(f"{where}: tokens must be an array, got {describe(tokens)}")
+                raise _InputError(f"{where}: tokens must be an array, got {describe(tokens)}")
             chunks.append((Chunk(tokens, id=item.get("id"), metadata=metadata), number))
         elif "text" in item:
             text = item["text"]
             if not isinstance(text, str):
-                raise InputError(f"{where}: text must be a string, got {describe(text)}")
+                raise _InputError(f"{where}: text must be a string, got {describe(text)}")
             chunks.append((TextChunk(text, id=item.get("id"), metadata=metadata), number))
         else:
-            raise InputError(f'{where}: a chunk needs "text" or "tokens"')
+            raise _InputError(f'{where}: a chunk needs "text" or "tokens"')
     return chunks
 
 
@@ -161,7 +161,7 @@ def _check_text_tokens(chunks: list[tuple[Chunk[Any] | TextChunk, int]]) -> None
         if isinstance(chunk, Chunk):
             bad = next((t for t in chunk.tokens if not isinstance(t, str)), None)
             if bad is not None:
-                raise InputError(
+                raise _InputError(
                     f"line {number}: token {describe(bad)} is not a string; with text chunks in "
                     "the input, tokens must be WordTokenizer tokens (strings)"
                 )

@@ -33,7 +33,7 @@ from typing import Any
 
 from ._errors import describe as _describe
 
-__all__ = ["overlap"]
+__all__ = ["overlap", "overlap_native"]
 
 # Slice-comparison work (in tokens) allowed to the fast path, as `_WORK_FACTOR * m + _WORK_SLACK`,
 # before it hands over to KMP.
