@@ -10,7 +10,8 @@ Rules of this module (everything about chunks and choices lives here):
   models) through their ``model_copy``. Caller's chunks are never mutated.
 - Text that could still become a stop is held and goes out with a later chunk of its choice.
   With stop ``"</s>"``, chunks ``"Hi<"`` and ``"/s>junk"`` become ``"Hi"`` and ``""`` with
-  ``finish_reason: "stop"``; chunks ``"Hi<"`` and ``"3"`` become ``"Hi"`` and ``"<3"``.
+  ``finish_reason: "stop"``; chunks ``"Hi<"`` and ``"3"`` become ``"Hi"`` and ``"<3"``. A
+  choice whose text is all held and that carries nothing else is left out of its chunk.
 - Once a choice completes a stop, that chunk carries its last text and ``finish_reason: "stop"``;
   later chunks of that choice are dropped (a chunk left with no choices and no ``usage`` is
   dropped whole). When the upstream finishes a choice itself (``"length"``, ``"stop"``), the
@@ -82,6 +83,18 @@ def _blank_like(obj: Any, **fields: Any) -> Any:
     if model_validate is None:
         return _replace(obj, **fields)
     return model_validate(fields)
+
+
+def _set_fields(obj: Any) -> set[str]:
+    """The names of the fields of ``obj`` that are not ``None`` (none for ``None``)."""
+    if obj is None:
+        return set()
+    if isinstance(obj, Mapping):
+        return {key for key, value in obj.items() if value is not None}
+    model_dump = getattr(obj, "model_dump", None)
+    if model_dump is None:
+        return {"<unknown>"}
+    return set(model_dump(exclude_none=True))
 
 
 def _check_n(n: int | None) -> int | None:
@@ -193,7 +206,8 @@ class ChunkFilter(Generic[ChunkT]):
                 continue
             rewritten = self._feed_choice(index, chunk, choice)
             changed = changed or rewritten is not choice
-            kept.append(rewritten)
+            if rewritten is not None:
+                kept.append(rewritten)
         if not changed:
             return chunk
         if not kept and _get(chunk, "usage") is None:
@@ -225,6 +239,8 @@ class ChunkFilter(Generic[ChunkT]):
                 piece = (piece or "") + tail
         if piece is None or piece == text:
             return choice
+        if not piece and finish_reason is None and _set_fields(delta) <= {"content"}:
+            return None  # all of its text is held, and it carries nothing else
         return self._rewrite(choice, delta, piece, finish_reason)
 
     @staticmethod

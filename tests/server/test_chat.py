@@ -83,6 +83,18 @@ def test_held_text_goes_out_with_the_next_chunk() -> None:
     assert chunks.stop_strings == {}
 
 
+def test_a_chunk_whose_text_is_all_held_is_left_out() -> None:
+    chunks: ChunkFilter[Chunk] = ChunkFilter(["</s>"])
+    assert chunks.feed(chat(0, "</")) is None
+    assert content_of(chunks.feed(chat(0, "3"))) == "</3"
+    with_role: ChunkFilter[Chunk] = ChunkFilter(["</s>"])
+    out = with_role.feed(chat(0, "</", role="assistant"))  # the role still has to go out
+    assert out is not None
+    assert out["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    objects: ChunkFilter[ChatCompletionChunk] = ChunkFilter(["</s>"])
+    assert objects.feed(openai_chunk(0, "</")) is None
+
+
 def test_a_stop_split_across_chunks_ends_the_choice() -> None:
     chunks: ChunkFilter[Chunk] = ChunkFilter(["</s>"], n=1)
     assert content_of(chunks.feed(chat(0, "Hi</"))) == "Hi"
