@@ -21,10 +21,9 @@
 #   found in `right` reversed, every candidate is seen, longest first.
 # - Adversarial input (one token repeated, periodic text) can make many candidates survive the
 #   probes, and each whole-slice comparison costs O(k). Their total cost is metered (the probes
-#   cost O(1) per candidate, so they need no meter); once it passes a
-#   small multiple of m we switch to the Knuth-Morris-Pratt failure function, which is O(m) in
-#   pure Python. The fast path never spends more than that allowance, so the worst case stays
-#   linear.
+#   cost O(1) per candidate and need no meter); once it passes a small multiple of m we switch
+#   to the Knuth-Morris-Pratt failure function, which is O(m) in pure Python. The fast path
+#   never spends more than that allowance, so the worst case stays linear.
 
 from __future__ import annotations
 
