@@ -1,10 +1,13 @@
-"""The examples, run for real; ``streamstop serve`` and ``proxy`` as processes; and the core
-staying importable (``filter`` and ``demo`` usable) without the server extra."""
+"""The README section and the examples, run for real; ``streamstop serve`` and ``proxy`` as
+processes; and the core staying importable (``filter``, ``demo``) without the server extra."""
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +27,44 @@ from .conftest import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+
+
+def readme_blocks() -> tuple[str, list[tuple[str, str]]]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("<!-- server:begin -->") : readme.index("<!-- server:end -->")]
+    return section, re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
+
+
+def test_readme_doctests() -> None:
+    section, _ = readme_blocks()
+    test = doctest.DocTestParser().get_doctest(section, {}, "README.md[server]", "README.md", 0)
+    assert len(test.examples) >= 8
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0
+
+
+def test_readme_client_example_prints_what_the_readme_says(echo_server: LiveServer) -> None:
+    _, blocks = readme_blocks()
+    (position,) = [i for i, (_, code) in enumerate(blocks) if "OpenAI(base_url=" in code]
+    language, code = blocks[position]
+    shown_kind, shown = blocks[position + 1]
+    assert (language, shown_kind) == ("python", "text")
+    code = code.replace("http://127.0.0.1:8000/v1", echo_server.url)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout == shown
+
+
+def test_readme_error_example_is_what_the_server_says(echo_server: LiveServer) -> None:
+    _, blocks = readme_blocks()
+    (shown,) = [json.loads(code) for language, code in blocks if language == "json"]
+    response = httpx.post(
+        f"{echo_server.url}/completions", json={"model": "echo", "prompt": "x", "stop": 3}
+    )
+    assert response.status_code == 400
+    assert response.json() == shown
 
 
 def test_openai_stream_filter_example(echo_server: LiveServer) -> None:
