@@ -1,0 +1,60 @@
+"""The public surface of streamstop.server: exports, private modules' ``__all__``, signatures."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import streamstop.server
+from streamstop.chat import ChunkStream, SyncChunkStream
+from streamstop.server import EchoModel, ProxyApp, StopMiddleware
+
+PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
+
+
+def test_package_exports() -> None:
+    assert {"StopMiddleware", "EchoModel", "ProxyApp"} <= set(streamstop.server.__all__)
+    for name in streamstop.server.__all__:
+        assert hasattr(streamstop.server, name), name
+
+
+@pytest.mark.parametrize("module_name", PRIVATE_MODULES)
+def test_module_all_lists_what_it_defines(module_name: str) -> None:
+    module = importlib.import_module(f"streamstop.server.{module_name}")
+    defined = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == module.__name__
+    }
+    assert defined <= set(module.__all__)
+    for name in module.__all__:
+        assert hasattr(module, name), name
+
+
+def test_options_are_keyword_only() -> None:
+    for cls, first in [
+        (StopMiddleware, "app"),
+        (ProxyApp, "upstream"),
+        (ChunkStream, "source"),
+        (SyncChunkStream, "source"),
+    ]:
+        parameters = list(inspect.signature(cls).parameters.values())
+        assert parameters[0].name == first
+        options = [p for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        assert len(options) >= 2, cls
+    middleware = inspect.signature(StopMiddleware).parameters
+    assert middleware["forward_stop"].default is False
+    assert middleware["include_stop"].default is False
+    assert all(
+        p.kind is inspect.Parameter.KEYWORD_ONLY
+        for p in inspect.signature(EchoModel).parameters.values()
+    )
+
+
+def test_echo_model_rejects_a_negative_delay() -> None:
+    with pytest.raises(ValueError, match="-1"):
+        EchoModel(delay=-1)
