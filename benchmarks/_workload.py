@@ -12,10 +12,10 @@ is unavailable, a regex cutter (words with their leading space, split into piece
 four letters, punctuation and whitespace runs on their own) stands in; :func:`tokenizer_name`
 says which one ran.
 
-Streams: each is a completion of ordinary text (a window of the tokenized corpus, wrapping
-around) that, for even-numbered streams, ends with a stop followed by a short chat tail, and
-for odd-numbered ones ends without any stop. So the per-token cost is measured over a long run
-of ordinary text, as in a real completion.
+Streams: each is a completion of ordinary text, a window of the first half of the tokenized
+corpus (the second half is text "seen before", to warm up shared automata). Even-numbered
+streams end with a stop followed by a short chat tail, odd-numbered ones without any stop, so
+the per-token cost is measured over a long run of ordinary text, as in a real completion.
 
 Stop sets (:func:`stop_set`), of 1, 4, 16, 64, 256 and 1024 strings:
 
@@ -51,6 +51,7 @@ __all__ = [
     "stop_set",
     "tokenize",
     "tokenizer_name",
+    "warmup_streams",
 ]
 
 CORPUS_PATH = Path(__file__).with_name("_corpus.txt")
@@ -152,20 +153,30 @@ class Stream:
         return "".join(self.tokens)
 
 
+def _halves() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    tokens = corpus_tokens()
+    # Cut at a paragraph break, near the middle.
+    middle = len(tokens) // 2
+    while not tokens[middle].endswith("\n") and middle < len(tokens) - 1:
+        middle += 1
+    return tokens[: middle + 1], tokens[middle + 1 :]
+
+
 def make_streams(
     stops: Sequence[str], count: int, length: int, *, plant: bool = True
 ) -> list[Stream]:
-    """``count`` completions of ``length`` tokens of ordinary text each.
+    """``count`` completions of ``length`` tokens of ordinary text each, from the first half of
+    the corpus (the second half is for :func:`warmup_streams`).
 
     With ``plant``, even-numbered streams then end with one of ``stops`` (the chat markers in
-    turn) and a chat tail; the others end there. Each stream starts elsewhere in the corpus.
+    turn) and a chat tail; the others end there. The streams are cut from the half one after the
+    other, so they do not overlap unless ``count * length`` exceeds it.
     """
-    tokens = corpus_tokens()
+    tokens = _halves()[0]
     markers = [s for s in stops if s in CHAT_MARKERS] or list(stops[:1])
-    step = max(1, len(tokens) // max(count, 1)) + 7
     streams = []
     for index in range(count):
-        start = (index * step) % len(tokens)
+        start = (index * length) % len(tokens)
         body = [tokens[(start + i) % len(tokens)] for i in range(length)]
         planted: str | None = None
         if plant and index % 2 == 0 and markers:
@@ -173,6 +184,16 @@ def make_streams(
             body += tokenize(planted) + tokenize(_STOP_TAIL)
         streams.append(Stream(tuple(body), planted))
     return streams
+
+
+def warmup_streams(count: int, length: int) -> list[tuple[str, ...]]:
+    """Streams of ordinary text from the second half of the corpus: text that a server saw
+    before the streams of :func:`make_streams`, for warming up a shared automaton."""
+    tokens = _halves()[1]
+    return [
+        tuple(tokens[(index * length + i) % len(tokens)] for i in range(length))
+        for index in range(count)
+    ]
 
 
 def long_stream(length: int) -> list[str]:
