@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeAlias
 
-__all__ = ["StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
+__all__ = ["PASS_THROUGH", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
 Stops: TypeAlias = str | Iterable[str] | None
 
@@ -38,6 +38,10 @@ _TRANSITION_CACHE_LIMIT = 1 << 20
 # only this many entries per automaton, so memory stays bounded (a few MB at most).
 _MEMO_TEXT_LIMIT = 32
 _MEMO_LIMIT = 1 << 16
+
+# The result of a step from the root that completes nothing and ends back at the root: the text
+# passes through untouched. One shared object, so the per-token paths can test it with ``is``.
+PASS_THROUGH: tuple[int, int] = (0, -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,7 @@ class StopAutomaton:
     """
 
     __slots__ = (
+        "_alive",
         "_cached_transitions",
         "_depth",
         "_fail",
@@ -167,6 +172,15 @@ class StopAutomaton:
         # The lazy DFA starts as the trie; missing entries are filled in by _step().
         self._transitions = [dict(edges) for edges in goto]
         self._cached_transitions = sum(map(len, goto))
+        # The characters after which a state's partial stop lives on (the next state is at depth
+        # 2 or more): the edges of the state and of the states on its failure chain. Any other
+        # character leaves at most one character of partial, as it would from the root.
+        alive: list[frozenset[str]] = [frozenset()] * len(goto)
+        for state in order[1:]:
+            inherited = alive[fail[state]]
+            own = goto[state].keys()
+            alive[state] = inherited if own <= inherited else inherited | own
+        self._alive = alive
         self._memo: list[dict[str, tuple[int, int]]] = [{} for _ in goto]
         self._memo_size = 0
         # The characters that can begin a stop: text with none of them cannot affect the root.
@@ -255,22 +269,62 @@ class StopAutomaton:
 
         LLM tokens come from a fixed vocabulary, and a stream spends most of its time at a few
         states, so a server soon sees the same (state, token) pairs over and over: a dict
-        lookup then replaces the per-character loop, whatever the number of stops.
+        lookup then replaces the per-character loop, whatever the number of stops. From the
+        root, text that passes untouched is answered with the one object :data:`PASS_THROUGH`,
+        so that callers can test for it by identity.
         """
         memo = self._memo[state]
         result = memo.get(text)
-        if result is None:
-            result = self.scan(state, text)
-            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_size < _MEMO_LIMIT:
-                memo[text] = result
-                self._memo_size += 1
+        if result is not None:
+            return result
+        if not text:
+            return (state, -1)  # built here, so never the PASS_THROUGH object
+        if state:
+            result = self._advance_from(state, text)
+        elif self.start_chars.isdisjoint(text):
+            result = PASS_THROUGH
+        else:
+            result = self.scan(0, text)
+            if result == PASS_THROUGH:
+                result = PASS_THROUGH
+        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_size < _MEMO_LIMIT:
+            memo[text] = result
+            self._memo_size += 1
         return result
+
+    def _advance_from(self, state: int, text: str) -> tuple[int, int]:
+        """From inside a partial stop: walk ``text`` only until the partial is left behind.
+
+        Once the state's string lies wholly inside the consumed part of ``text``, the walk is in
+        the state a walk from the root over ``text`` would be in, and goes on the same: its
+        result is the root's, usually memoized. (A stop completed by then would have been
+        found already, at or before the root walk found it.) So a token that follows held text
+        costs a character or two, not a walk of its own.
+        """
+        transitions = self._transitions
+        match_length = self._match_length
+        depth = self._depth
+        for consumed, char in enumerate(text, 1):
+            following = transitions[state].get(char)
+            state = self._step(state, char) if following is None else following
+            if match_length[state]:
+                return state, consumed
+            if depth[state] <= consumed:
+                return self._memo[0].get(text) or self.advance(0, text)
+        return state, -1
 
     def buffer_tables(
         self,
-    ) -> tuple[list[dict[str, tuple[int, int]]], list[str], list[int]]:
-        """The memo, state texts and depths, for StopBuffer's per-token path (read-only)."""
-        return self._memo, self._prefix, self._depth
+    ) -> tuple[
+        list[dict[str, tuple[int, int]]],
+        dict[str, tuple[int, int]],
+        list[frozenset[str]],
+        list[str],
+        list[int],
+    ]:
+        """For StopBuffer's per-token path, to read only: the memo, the root's memo, the
+        characters that keep each state's partial stop alive, state texts and depths."""
+        return self._memo, self._memo[0], self._alive, self._prefix, self._depth
 
     def find(self, text: str) -> StopMatch | None:
         """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""
@@ -295,11 +349,6 @@ class StopAutomaton:
     def state_text(self, state: int) -> str:
         """The text the state stands for (a prefix of some stop)."""
         return self._prefix[state]
-
-    def could_start(self, text: str) -> bool:
-        """Whether any character of ``text`` can begin a stop (if not, from the root state the
-        whole of ``text`` passes through untouched)."""
-        return not self.start_chars.isdisjoint(text)
 
 
 @lru_cache(maxsize=256)

@@ -12,8 +12,9 @@ buffer stores one ``int`` of state, however long the stream.
 from __future__ import annotations
 
 import codecs
+from typing import Any
 
-from ._automaton import StopAutomaton, Stops
+from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 
 __all__ = ["StopBuffer"]
 
@@ -52,16 +53,17 @@ class StopBuffer:
     """
 
     __slots__ = (
+        "_alive",
         "_automaton",
         "_decoder",
         "_depths",
         "_errors",
+        "_fast_state",
         "_finished",
         "_include_stop",
         "_memo",
-        "_plain",
         "_prefixes",
-        "_start_chars",
+        "_root_memo",
         "_state",
         "_stop_string",
     )
@@ -78,13 +80,15 @@ class StopBuffer:
         self._errors = _checked_error_policy(errors)
         self._decoder: codecs.IncrementalDecoder | None = None
         self._state = 0
+        # The state again while plain str chunks may take the hot path, -1 once they may not
+        # (stopped, flushed, or bytes of an unfinished character pending): one load tells both.
+        self._fast_state = 0
         self._stop_string: str | None = None
         self._finished = False
-        # True while str chunks can go straight to the automaton: running, not flushed, and no
-        # bytes of an unfinished character pending in the decoder.
-        self._plain = True
-        self._start_chars = self._automaton.start_chars
-        self._memo, self._prefixes, self._depths = self._automaton.buffer_tables()
+        tables = self._automaton.buffer_tables()
+        self._memo, root_memo, self._alive, self._prefixes, self._depths = tables
+        # Keyed by str, looked up with any chunk: one of another type simply misses.
+        self._root_memo: dict[Any, tuple[int, int]] = root_memo
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -124,23 +128,51 @@ class StopBuffer:
 
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
-        # The hot path, kept to a few attribute loads: a plain str chunk while running, at the
-        # root state (nothing held), with no character that can begin a stop.
-        if type(chunk) is str and self._plain:
-            if not self._state and self._start_chars.isdisjoint(chunk):
-                return chunk
-            return self._advance(chunk)
+        # The hot path: a few loads and one dict lookup per token, for plain str chunks while
+        # running. The memo is keyed by str, so a chunk of any other type misses it.
+        state = self._fast_state
+        if not state:
+            try:
+                step = self._root_memo.get(chunk)
+            except TypeError:  # unhashable, so not text: reported by _feed_other
+                step = None
+            if step is None:
+                if type(chunk) is not str:
+                    return self._feed_other(chunk)
+                step = self._automaton.advance(0, chunk)  # and memoized for next time
+            # Only str keys are memoized, so a hit means the chunk is text. (No typing.cast
+            # here: it is a function call, on every token.)
+            if step is PASS_THROUGH:
+                return chunk  # type: ignore[return-value]
+            return self._apply(0, chunk, step)  # type: ignore[arg-type]
+        if state > 0 and type(chunk) is str:
+            if chunk and chunk[0] not in self._alive[state]:
+                # The first character ends the partial stop that is held, so from there on
+                # the automaton walks as it would from the root: the root's memo answers.
+                step = self._root_memo.get(chunk)
+            else:
+                step = self._memo[state].get(chunk)
+            return self._apply(state, chunk, step)
+        return self._feed_other(chunk)
+
+    def _feed_other(self, chunk: object) -> str:
         if self._stop_string is not None or self._finished:
             return self._feed_after_end(chunk)
-        return self._advance(self._decode(chunk))
+        text = self._decode(chunk)
+        piece = self._apply(self._state, text, None)
+        if self._decoder is not None and self._stop_string is None and self._decoder.getstate()[0]:
+            # Bytes of an unfinished character are pending: a str chunk now would be an error,
+            # which only the slow path checks.
+            self._fast_state = -1
+        return piece
 
-    def _advance(self, text: str) -> str:
-        state = self._state
-        # The automaton's memo, looked up here to save a call on the per-token path.
-        step = self._memo[state].get(text)
+    def _apply(self, state: int, text: str, step: tuple[int, int] | None) -> str:
+        """Advance by ``text`` from ``state``. ``step`` is the automaton's result for it, if
+        known: ``(new_state, end)``, ``end`` being the offset in ``text`` just past a completed
+        stop, or -1."""
         new_state, end = self._automaton.advance(state, text) if step is None else step
         if end < 0:
-            self._state = new_state
+            self._state = self._fast_state = new_state
             if self._include_stop:
                 return text
             pending = self._prefixes[state] + text if state else text
@@ -160,7 +192,7 @@ class StopBuffer:
     def _stop(self, stop_string: str) -> None:
         self._stop_string = stop_string
         self._state = 0
-        self._plain = False
+        self._fast_state = -1
 
     def flush(self) -> str:
         """End of input: return the held text, which turned out not to be a stop.
@@ -175,9 +207,9 @@ class StopBuffer:
             # "replace". It may still complete a stop.
             decoded = self._decoder.decode(b"", final=True)
             if decoded:
-                tail = self._advance(decoded)
+                tail = self._apply(self._state, decoded, None)
         self._finished = True
-        self._plain = False
+        self._fast_state = -1
         if self._stop_string is not None:
             return tail
         held = self.held
@@ -197,10 +229,7 @@ class StopBuffer:
             raise TypeError(f"chunks must be str or bytes, got {type(chunk).__name__}: {chunk!r}")
         if self._decoder is None:
             self._decoder = codecs.getincrementaldecoder("utf-8")(self._errors)
-        text = self._decoder.decode(chunk)
-        # A str chunk may take the hot path again only once no partial character is pending.
-        self._plain = not self._decoder.getstate()[0]
-        return text
+        return self._decoder.decode(chunk)
 
     def _feed_after_end(self, chunk: object) -> str:
         if not isinstance(chunk, (str, bytes, bytearray, memoryview)):

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from ._automaton import StopAutomaton, Stops
+from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 from ._buffer import StopBuffer
 
 __all__ = ["StopStream", "SyncStopStream"]
@@ -103,24 +103,25 @@ class StopStream(_FilteredStream):
             return
         buffer = self._buffer
         feed = buffer.feed
-        start_chars = buffer.automaton.start_chars
+        root_memo = buffer._root_memo
+        pass_through = PASS_THROUGH
         try:
             if self._iterator is None:
                 self._iterator = aiter(self._source)
             async for chunk in self._iterator:
-                # StopBuffer.feed's own first branch, repeated to save a call on most tokens: a
-                # str chunk at the root state with no character that can begin a stop.
-                if (
-                    type(chunk) is str
-                    and not buffer._state
-                    and buffer._plain
-                    and start_chars.isdisjoint(chunk)
-                ):
-                    if chunk:
-                        yield chunk
-                    continue
+                # The first test of StopBuffer.feed, repeated here to save a call on most
+                # tokens: at the root, a token known to pass through untouched.
+                if not buffer._fast_state:
+                    try:
+                        step = root_memo.get(chunk)
+                    except TypeError:  # unhashable: feed() reports it
+                        step = None
+                    if step is pass_through:
+                        # Only str keys are memoized. (No typing.cast: a call on every token.)
+                        yield chunk  # type: ignore[misc]
+                        continue
                 piece = feed(chunk)
-                if buffer.stopped:
+                if buffer._stop_string is not None:
                     self._exhausted = True
                     await self.aclose()
                     if piece:
