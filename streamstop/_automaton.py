@@ -1,4 +1,4 @@
-"""The stop-string automaton: an Aho-Corasick trie with failure links, run as a lazy DFA.
+"""The stop-string automaton: an Aho-Corasick trie with failure links, compiled to a sparse DFA.
 
 Rules of this module (everything about matching lives here):
 
@@ -9,9 +9,14 @@ Rules of this module (everything about matching lives here):
 - A stop *completes* at the first position where the state's string has a stop as a suffix
   (earliest end). If several stops end there, the longest wins: it is the longest stop that is
   a suffix of the state's string, precomputed per state in ``_match_length``.
-- Transitions are computed from the trie and failure links the first time they are taken and
-  then cached per state (a lazy DFA), so each character costs one dict lookup whatever the
-  number of stops. The cache is shared by every stream using the automaton and is bounded.
+- Transitions are a DFA, built once, whose tables stay small: from any state, a character either
+  keeps a partial stop of two or more characters alive (listed in the state's ``_deep`` table)
+  or leads where it would lead from the root (``_root_goto``: a stop's first character, or the
+  root). So each character costs one or two dict lookups, whatever the number of stops, and
+  "does this character end the held partial?" is one membership test.
+- Whole tokens are memoized per state (``advance``): LLM tokens come from a fixed vocabulary, so
+  a server soon answers most tokens with one dict lookup. The memo is shared by every stream
+  using the automaton and bounded.
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 
@@ -30,10 +35,6 @@ __all__ = ["PASS_THROUGH", "StopAutomaton", "StopMatch", "Stops", "normalize_sto
 
 Stops: TypeAlias = str | Iterable[str] | None
 
-# Lazily computed transitions are cached until the whole automaton holds this many, so that a
-# long-lived server fed adversarial text (every Unicode character, every state) stays bounded.
-# Past the limit transitions are still correct, only recomputed each time.
-_TRANSITION_CACHE_LIMIT = 1 << 20
 # The memo of whole-token steps (see StopAutomaton.advance): only token-sized text is kept, and
 # only this many entries per automaton, so memory stays bounded (a few MB at most).
 _MEMO_TEXT_LIMIT = 32
@@ -101,18 +102,15 @@ class StopAutomaton:
     """
 
     __slots__ = (
-        "_alive",
-        "_cached_transitions",
+        "_deep",
         "_depth",
-        "_fail",
-        "_goto",
         "_hold_length",
         "_match_length",
         "_memo",
         "_memo_size",
         "_prefix",
+        "_root_goto",
         "_start_search",
-        "_transitions",
         "max_stop_length",
         "start_chars",
         "stops",
@@ -163,24 +161,20 @@ class StopAutomaton:
                 # the failure chain that still has children.
                 hold_length[state] = len(prefix[state]) if goto[state] else hold_length[fail[state]]
 
-        self._goto = goto
-        self._fail = fail
+        # The DFA. A state's deep table maps each character that leads to a state of depth 2
+        # or more (the partial stop lives on) to that state: the state's own edges over those
+        # of its failure state. Every other character leads where it leads from the root. A
+        # state without edges shares its failure state's table.
+        deep: list[dict[str, int]] = [{}] * len(goto)
+        for state in order[1:]:
+            inherited = deep[fail[state]]
+            deep[state] = {**inherited, **goto[state]} if goto[state] else inherited
+        self._deep = deep
+        self._root_goto = goto[0]
         self._prefix = prefix
         self._depth = [len(p) for p in prefix]
         self._match_length = match_length
         self._hold_length = hold_length
-        # The lazy DFA starts as the trie; missing entries are filled in by _step().
-        self._transitions = [dict(edges) for edges in goto]
-        self._cached_transitions = sum(map(len, goto))
-        # The characters after which a state's partial stop lives on (the next state is at depth
-        # 2 or more): the edges of the state and of the states on its failure chain. Any other
-        # character leaves at most one character of partial, as it would from the root.
-        alive: list[frozenset[str]] = [frozenset()] * len(goto)
-        for state in order[1:]:
-            inherited = alive[fail[state]]
-            own = goto[state].keys()
-            alive[state] = inherited if own <= inherited else inherited | own
-        self._alive = alive
         self._memo: list[dict[str, tuple[int, int]]] = [{} for _ in goto]
         self._memo_size = 0
         # The characters that can begin a stop: text with none of them cannot affect the root.
@@ -212,19 +206,6 @@ class StopAutomaton:
 
     # -- running the automaton ---------------------------------------------------------------
 
-    def _step(self, state: int, char: str) -> int:
-        """The slow path of a transition: follow failure links, then cache the result."""
-        goto = self._goto
-        fail = self._fail
-        target = state
-        while target and char not in goto[target]:
-            target = fail[target]
-        following = goto[target].get(char, 0)
-        if self._cached_transitions < _TRANSITION_CACHE_LIMIT:
-            self._transitions[state][char] = following
-            self._cached_transitions += 1
-        return following
-
     def scan(self, state: int, text: str) -> tuple[int, int]:
         """Run ``text`` from ``state``; stop at the first completed stop.
 
@@ -233,11 +214,12 @@ class StopAutomaton:
         The completed stop is ``self.match_length(state)`` characters long and may begin
         before ``text`` (in the text that led to the initial ``state``).
         """
-        transitions = self._transitions
-        match_length = self._match_length
         start_search = self._start_search
         if start_search is None:
             return 0, -1
+        deep = self._deep
+        root_goto = self._root_goto
+        match_length = self._match_length
         position = 0
         length = len(text)
         while position < length:
@@ -250,18 +232,17 @@ class StopAutomaton:
                 position = found.start()
             char = text[position]
             position += 1
-            following = transitions[state].get(char)
-            state = self._step(state, char) if following is None else following
+            state = deep[state].get(char) or root_goto.get(char, 0)
             if match_length[state]:
                 return state, position
         return state, -1
 
     def run(self, state: int, text: str) -> int:
         """The state after ``text`` from ``state``, reading past completed stops."""
-        transitions = self._transitions
+        deep = self._deep
+        root_goto = self._root_goto
         for char in text:
-            following = transitions[state].get(char)
-            state = self._step(state, char) if following is None else following
+            state = deep[state].get(char) or root_goto.get(char, 0)
         return state
 
     def advance(self, state: int, text: str) -> tuple[int, int]:
@@ -301,12 +282,12 @@ class StopAutomaton:
         found already, at or before the root walk found it.) So a token that follows held text
         costs a character or two, not a walk of its own.
         """
-        transitions = self._transitions
+        deep = self._deep
+        root_goto = self._root_goto
         match_length = self._match_length
         depth = self._depth
         for consumed, char in enumerate(text, 1):
-            following = transitions[state].get(char)
-            state = self._step(state, char) if following is None else following
+            state = deep[state].get(char) or root_goto.get(char, 0)
             if match_length[state]:
                 return state, consumed
             if depth[state] <= consumed:
@@ -318,13 +299,14 @@ class StopAutomaton:
     ) -> tuple[
         list[dict[str, tuple[int, int]]],
         dict[str, tuple[int, int]],
-        list[frozenset[str]],
+        list[dict[str, int]],
         list[str],
         list[int],
     ]:
-        """For StopBuffer's per-token path, to read only: the memo, the root's memo, the
-        characters that keep each state's partial stop alive, state texts and depths."""
-        return self._memo, self._memo[0], self._alive, self._prefix, self._depth
+        """For StopBuffer's per-token path, to read only: the memo, the root's memo, the deep
+        tables (their keys: the characters that keep each state's partial stop alive), state
+        texts and depths."""
+        return self._memo, self._memo[0], self._deep, self._prefix, self._depth
 
     def find(self, text: str) -> StopMatch | None:
         """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""

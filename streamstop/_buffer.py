@@ -53,9 +53,9 @@ class StopBuffer:
     """
 
     __slots__ = (
-        "_alive",
         "_automaton",
         "_decoder",
+        "_deep",
         "_depths",
         "_errors",
         "_fast_state",
@@ -86,7 +86,7 @@ class StopBuffer:
         self._stop_string: str | None = None
         self._finished = False
         tables = self._automaton.buffer_tables()
-        self._memo, root_memo, self._alive, self._prefixes, self._depths = tables
+        self._memo, root_memo, self._deep, self._prefixes, self._depths = tables
         # Keyed by str, looked up with any chunk: one of another type simply misses.
         self._root_memo: dict[Any, tuple[int, int]] = root_memo
 
@@ -146,12 +146,20 @@ class StopBuffer:
                 return chunk  # type: ignore[return-value]
             return self._apply(0, chunk, step)  # type: ignore[arg-type]
         if state > 0 and type(chunk) is str:
-            if chunk and chunk[0] not in self._alive[state]:
-                # The first character ends the partial stop that is held, so from there on
-                # the automaton walks as it would from the root: the root's memo answers.
-                step = self._root_memo.get(chunk)
+            # Text is held: the state is inside a partial stop.
+            if chunk and chunk[0] not in self._deep[state]:
+                # The first character ends the partial, so from there on the automaton walks
+                # as it would from the root over the chunk: the root's memo answers.
+                step = self._root_memo.get(chunk) or self._automaton.advance(0, chunk)
             else:
-                step = self._memo[state].get(chunk)
+                step = self._memo[state].get(chunk) or self._automaton.advance(state, chunk)
+            new_state, end = step
+            if end < 0 and not self._include_stop:
+                # _apply's commonest case, inlined: no stop, release what can no longer be one.
+                self._state = self._fast_state = new_state
+                pending = self._prefixes[state] + chunk
+                keep = self._depths[new_state]
+                return pending[: len(pending) - keep] if keep else pending
             return self._apply(state, chunk, step)
         return self._feed_other(chunk)
 

@@ -144,9 +144,8 @@ def test_automaton_describes_itself() -> None:
     assert repr(automaton) == "StopAutomaton(['</s>', '###'])"
 
 
-def test_caches_stay_bounded_and_results_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memo_stays_bounded_and_results_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(automaton_module, "_MEMO_LIMIT", 3)
-    monkeypatch.setattr(automaton_module, "_TRANSITION_CACHE_LIMIT", 0)
     automaton = StopAutomaton(["abab", "bq"])
     texts = ["aba", "bab", "ab", "abq", "xab", "abab"] * 3
     for text in texts:
