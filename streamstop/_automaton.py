@@ -38,6 +38,8 @@ Stops: TypeAlias = str | Iterable[str] | None
 # The memo of whole-token steps (see StopAutomaton.advance): only token-sized text is kept, and
 # only this many entries per automaton, so memory stays bounded (a few MB at most).
 _MEMO_TEXT_LIMIT = 32
+# Text up to this long is stepped through character by character, without the regex skip.
+_SHORT_TEXT = 8
 _MEMO_LIMIT = 1 << 16
 
 # The result of a step from the root that completes nothing and ends back at the root: the text
@@ -220,8 +222,15 @@ class StopAutomaton:
         deep = self._deep
         root_goto = self._root_goto
         match_length = self._match_length
-        position = 0
         length = len(text)
+        if length <= _SHORT_TEXT:
+            # A token: stepping through it costs less than a call into the regex engine.
+            for position, char in enumerate(text, 1):
+                state = deep[state].get(char) or root_goto.get(char, 0)
+                if match_length[state]:
+                    return state, position
+            return state, -1
+        position = 0
         while position < length:
             if not state:
                 # At the root nothing is pending: jump, in C, to the next character that can
