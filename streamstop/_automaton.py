@@ -36,11 +36,14 @@ __all__ = ["PASS_THROUGH", "StopAutomaton", "StopMatch", "Stops", "normalize_sto
 Stops: TypeAlias = str | Iterable[str] | None
 
 # The memo of whole-token steps (see StopAutomaton.advance): only token-sized text is kept, and
-# only this many entries per automaton, so memory stays bounded (a few MB at most).
+# only so many entries per automaton (about 100 bytes each), first come first kept: the tokens
+# met first are mostly the frequent ones.
 _MEMO_TEXT_LIMIT = 32
+_MEMO_LIMIT = 1 << 15
+# Automata kept by StopAutomaton.from_stops: with full memos, a few MB each.
+_CACHED_AUTOMATA = 32
 # Text up to this long is stepped through character by character, without the regex skip.
 _SHORT_TEXT = 8
-_MEMO_LIMIT = 1 << 16
 
 # The result of a step from the root that completes nothing and ends back at the root: the text
 # passes through untouched. One shared object, so the per-token paths can test it with ``is``.
@@ -342,6 +345,6 @@ class StopAutomaton:
         return self._prefix[state]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=_CACHED_AUTOMATA)
 def _cached_automaton(stops: tuple[str, ...]) -> StopAutomaton:
     return StopAutomaton(stops)
