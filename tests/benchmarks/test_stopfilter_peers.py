@@ -4,7 +4,6 @@ token by token and one character at a time. No timing is asserted here, ever."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,30 +19,11 @@ sys.path.insert(0, str(BENCHMARKS))
 import _peers  # noqa: E402
 import _workload  # noqa: E402
 
-# The Aho-Corasick libraries and matplotlib come with the bench extra, not the test extra.
-OPTIONAL = {"pyahocorasick": "ahocorasick", "ahocorasick_rs": "ahocorasick_rs"}
-
-
-def _available(name: str) -> bool:
-    module = OPTIONAL.get(name)
-    return module is None or importlib.util.find_spec(module) is not None
-
-
-def _params(names: Sequence[str]) -> list[object]:
-    return [
-        pytest.param(
-            name,
-            marks=pytest.mark.skipif(not _available(name), reason=f"{OPTIONAL[name]} missing")
-            if name in OPTIONAL
-            else (),
-        )
-        for name in names
-    ]
-
-
-PEER_NAMES = _params(list(_peers.PEERS))
+# The Aho-Corasick libraries and matplotlib come with the bench extra, which the test extra
+# includes: a missing one fails here rather than being skipped.
+PEER_NAMES = list(_peers.PEERS)
 # The peers that hold back exactly the longest suffix that is a proper prefix of a stop.
-EXACT = _params(["per_stop", "pyahocorasick", "ahocorasick_rs"])
+EXACT = ["per_stop", "pyahocorasick", "ahocorasick_rs"]
 
 
 def _prepare(name: str, stops: Sequence[str]) -> _peers.Factory:
@@ -169,10 +149,6 @@ def test_fixed_holds_hold_longest_stop_minus_one(name: str) -> None:
 # -- the script runs end to end ------------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("matplotlib", *OPTIONAL.values())),
-    reason="the bench extra is not installed",
-)
 def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--quick", "--out", str(tmp_path)],
