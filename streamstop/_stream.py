@@ -22,8 +22,11 @@ __all__ = ["StopStream", "SyncStopStream"]
 class _FilteredStream:
     """What both streams expose: the buffer's verdict and whether the source is closed."""
 
-    _buffer: StopBuffer
-    _closed: bool
+    def __init__(self, stops: Stops | StopAutomaton, *, include_stop: bool, errors: str) -> None:
+        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        # Exhausted: nothing more will be pulled (a stop, the end, an error or a close).
+        self._exhausted = False
+        self._closed = False
 
     @property
     def buffer(self) -> StopBuffer:
@@ -82,12 +85,10 @@ class StopStream(_FilteredStream):
                 f"source must be an async iterable of str or bytes, got "
                 f"{type(source).__name__}: {source!r}"
             )
-        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        super().__init__(stops, include_stop=include_stop, errors=errors)
         self._source = source
         self._iterator: AsyncIterator[str | bytes] | None = None
         self._generator: AsyncGenerator[str, None] | None = None
-        self._exhausted = False
-        self._closed = False
 
     def __aiter__(self) -> AsyncIterator[str]:
         # An async generator rather than ``self``: resuming a generator costs less than a new
@@ -98,7 +99,7 @@ class StopStream(_FilteredStream):
         return self._generator
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
-        # The same loop as __anext__, inlined: this is the per-token path of every stream.
+        # The per-token path of every stream.
         if self._exhausted:
             return
         buffer = self._buffer
@@ -138,34 +139,8 @@ class StopStream(_FilteredStream):
             await self.aclose()
 
     async def __anext__(self) -> str:
-        if self._exhausted:
-            raise StopAsyncIteration
-        buffer = self._buffer
-        try:
-            if self._iterator is None:
-                self._iterator = aiter(self._source)
-            iterator = self._iterator
-            while True:
-                try:
-                    chunk = await iterator.__anext__()
-                except StopAsyncIteration:
-                    piece = buffer.flush()
-                    break
-                piece = buffer.feed(chunk)
-                if buffer.stopped:
-                    break
-                if piece:
-                    return piece
-        except BaseException:
-            # A failing source, a bad chunk or a cancellation: nothing more will be pulled.
-            self._exhausted = True
-            await self.aclose()
-            raise
-        self._exhausted = True
-        await self.aclose()
-        if piece:
-            return piece
-        raise StopAsyncIteration
+        """The next piece, from the same iterator that ``async for`` uses."""
+        return await self.__aiter__().__anext__()
 
     async def aclose(self) -> None:
         """Close the source (its iterator's ``aclose()``, if it has one). Idempotent."""
@@ -222,11 +197,9 @@ class SyncStopStream(_FilteredStream):
                 f"source must be an iterable of str or bytes chunks, got "
                 f"{type(source).__name__}: {source!r}"
             )
-        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        super().__init__(stops, include_stop=include_stop, errors=errors)
         self._source = source
         self._iterator: Iterator[str | bytes] | None = None
-        self._exhausted = False
-        self._closed = False
 
     def __iter__(self) -> SyncStopStream:
         return self
