@@ -344,3 +344,23 @@ def test_bytes_feeding_equals_str_feeding(stops: list[str], chunks: list[str]) -
     out = "".join(by_bytes.feed(data[i : i + 3]) for i in range(0, len(data), 3))
     out += by_bytes.flush()
     assert out == reference_truncate(text, stops)
+
+
+# One automaton for every example: its memo and tables warm up across streams, as in a server,
+# and must never change an answer.
+SHARED_STOPS = ["ab", "abab", "b<", "<>/", "\n\n", "a\nb"]
+SHARED = StopAutomaton(SHARED_STOPS)
+
+
+@given(chunks=chunked_text(), include_stop=st.booleans())
+def test_a_warm_shared_automaton_matches_reference(chunks: list[str], include_stop: bool) -> None:
+    for _ in range(2):  # the second pass meets a memo filled by the first
+        buffer = StopBuffer(SHARED, include_stop=include_stop)
+        emitted = ""
+        fed = ""
+        for chunk in chunks:
+            emitted += buffer.feed(chunk)
+            fed += chunk
+            assert emitted == reference_emitted(fed, SHARED_STOPS, include_stop)
+        emitted += buffer.flush()
+        assert emitted == reference_truncate(fed, SHARED_STOPS, include_stop)

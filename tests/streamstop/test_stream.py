@@ -7,8 +7,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streamstop import StopAutomaton, StopStream, SyncStopStream
+
+from .reference import reference_match, reference_truncate
 
 pytestmark = pytest.mark.anyio
 
@@ -301,3 +305,33 @@ def test_sync_flushes_at_end() -> None:
 def test_sync_source_must_be_an_iterable_of_chunks(source: object) -> None:
     with pytest.raises(TypeError, match=type(source).__name__):
         SyncStopStream(source, "</s>")  # type: ignore[arg-type]
+
+
+# -- properties: the streams say what the buffer says
+
+
+@st.composite
+def token_lists(draw: st.DrawFn) -> list[str]:
+    return draw(st.lists(st.text("ab<>/\n", max_size=4), max_size=20))
+
+
+@given(tokens=token_lists(), stops=st.lists(st.text("ab<>/", max_size=4), max_size=4))
+def test_stop_stream_matches_reference(tokens: list[str], stops: list[str]) -> None:
+    async def source() -> AsyncIterator[str]:
+        for token in tokens:
+            yield token
+
+    async def collect() -> tuple[list[str], str | None]:
+        async with StopStream(source(), stops) as stream:
+            pieces = [piece async for piece in stream]
+        return pieces, stream.stop_string
+
+    pieces, stop_string = anyio.run(collect)
+    text = "".join(tokens)
+    assert "".join(pieces) == reference_truncate(text, stops)
+    assert "" not in pieces
+    match = reference_match(text, stops)
+    assert stop_string == (match[2] if match else None)
+    sync = SyncStopStream(tokens, stops)
+    assert list(sync) == pieces
+    assert sync.stop_string == stop_string
