@@ -293,7 +293,36 @@ async def _close_async(obj: object) -> None:
             await result
 
 
-class ChunkStream(Generic[ChunkT]):
+class _ChunkStreamBase(Generic[ChunkT]):
+    """What both chunk streams share: the filter, its verdict and whether the source is closed."""
+
+    def __init__(self, stops: Stops | StopAutomaton, *, n: int | None, include_stop: bool) -> None:
+        self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
+        self._closed = False
+
+    @property
+    def filter(self) -> ChunkFilter[ChunkT]:
+        return self._filter
+
+    @property
+    def stop_strings(self) -> dict[int, str]:
+        """The stop that cut each choice, by choice index."""
+        return self._filter.stop_strings
+
+    @property
+    def closed(self) -> bool:
+        """Whether the source has been closed."""
+        return self._closed
+
+
+def _upstreams(source: object, iterator: object | None) -> list[object]:
+    """What closing a stream closes, in order: the source's iterator, if taken, then the source."""
+    if iterator is None or iterator is source:
+        return [source]
+    return [iterator, source]
+
+
+class ChunkStream(_ChunkStreamBase[ChunkT]):
     """Async iterator of the filtered chunks of ``source``, e.g. an ``openai`` ``AsyncStream``::
 
         stream = await client.chat.completions.create(..., stream=True)
@@ -323,25 +352,10 @@ class ChunkStream(Generic[ChunkT]):
                 f"source must be an async iterable of chunks, got {type(source).__name__}: "
                 f"{source!r}"
             )
-        self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
+        super().__init__(stops, n=n, include_stop=include_stop)
         self._source = source
         self._iterator: AsyncIterator[ChunkT] | None = None
         self._generator: AsyncGenerator[ChunkT, None] | None = None
-        self._closed = False
-
-    @property
-    def filter(self) -> ChunkFilter[ChunkT]:
-        return self._filter
-
-    @property
-    def stop_strings(self) -> dict[int, str]:
-        """The stop that cut each choice, by choice index."""
-        return self._filter.stop_strings
-
-    @property
-    def closed(self) -> bool:
-        """Whether the source has been closed."""
-        return self._closed
 
     def __aiter__(self) -> AsyncIterator[ChunkT]:
         if self._generator is not None:
@@ -382,9 +396,8 @@ class ChunkStream(Generic[ChunkT]):
             # Not when called from inside it (its ``finally``): it is finishing already.
             if generator is not None and not getattr(generator, "ag_running", False):
                 await generator.aclose()
-            if self._iterator is not None and self._iterator is not self._source:
-                await _close_async(self._iterator)
-            await _close_async(self._source)
+            for upstream in _upstreams(self._source, self._iterator):
+                await _close_async(upstream)
 
     async def __aenter__(self) -> ChunkStream[ChunkT]:
         return self
@@ -398,7 +411,7 @@ class ChunkStream(Generic[ChunkT]):
         await self.aclose()
 
 
-class SyncChunkStream(Generic[ChunkT]):
+class SyncChunkStream(_ChunkStreamBase[ChunkT]):
     """The synchronous twin of :class:`ChunkStream`, e.g. for the ``openai`` client's ``Stream``.
 
     The source's (and its iterator's) ``close()`` is called when the filter is done, at the
@@ -417,23 +430,10 @@ class SyncChunkStream(Generic[ChunkT]):
             raise TypeError(
                 f"source must be an iterable of chunks, got {type(source).__name__}: {source!r}"
             )
-        self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
+        super().__init__(stops, n=n, include_stop=include_stop)
         self._source = source
         self._iterator: Iterator[ChunkT] | None = None
         self._generator: Generator[ChunkT, None, None] | None = None
-        self._closed = False
-
-    @property
-    def filter(self) -> ChunkFilter[ChunkT]:
-        return self._filter
-
-    @property
-    def stop_strings(self) -> dict[int, str]:
-        return self._filter.stop_strings
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def __iter__(self) -> Iterator[ChunkT]:
         if self._generator is not None:
@@ -467,11 +467,8 @@ class SyncChunkStream(Generic[ChunkT]):
         self._closed = True
         if self._generator is not None and not getattr(self._generator, "gi_running", False):
             self._generator.close()
-        closables: list[object] = [] if self._iterator is None else [self._iterator]
-        if self._source is not self._iterator:
-            closables.append(self._source)
-        for closable in closables:
-            close = getattr(closable, "close", None)
+        for upstream in _upstreams(self._source, self._iterator):
+            close = getattr(upstream, "close", None)
             if close is not None:
                 close()
 
