@@ -574,8 +574,12 @@ class SSEFilter:
             out = self._drain()
         if not self._done:
             self._done = True
-            out += b"".join(_event_bytes(chunk) for chunk in self._chunks.flush())
+            out += self._held_events()
         return out
+
+    def _held_events(self) -> bytes:
+        """End the chunk filter: events carrying the text it still holds."""
+        return b"".join(_event_bytes(chunk) for chunk in self._chunks.flush())
 
     def _drain(self) -> bytes:
         out: list[bytes] = []
@@ -612,7 +616,7 @@ class SSEFilter:
         data = b"\n".join(data_lines)
         if data.strip() == b"[DONE]":
             self._done = True
-            return b"".join(_event_bytes(chunk) for chunk in self._chunks.flush()) + raw
+            return self._held_events() + raw
         try:
             chunk = json.loads(data)
         except ValueError:
@@ -622,7 +626,7 @@ class SSEFilter:
         if "error" in chunk and "choices" not in chunk:
             # An error ends the stream (the openai client raises on it): the held text first.
             self._done = True
-            return b"".join(_event_bytes(held) for held in self._chunks.flush()) + raw
+            return self._held_events() + raw
         out = self._chunks.feed(chunk)
         if out is chunk:
             result = raw
