@@ -101,7 +101,6 @@ class Stitcher(Generic[T]):
         self._budget = check_int("budget", budget, 0)
         if on_overflow not in ("skip", "stop"):
             raise ValueError(f"on_overflow must be 'skip' or 'stop', got {on_overflow!r}")
-        self._stop = on_overflow == "stop"
         self._on_overflow: OnOverflow = on_overflow
         self._min_overlap = check_int("min_overlap", min_overlap, 1)
         self._tokenizer = None if tokenizer is None else check_tokenizer(tokenizer)
@@ -228,7 +227,7 @@ class Stitcher(Generic[T]):
             start = len(out)
             out += tokens[k:] if k else tokens
             span = (start, len(out))
-        elif self._stop:
+        elif self._on_overflow == "stop":
             self._stopped = True
         self._records.append(
             ChunkRecord(
