@@ -248,10 +248,9 @@ class Stitcher(Generic[T]):
         """`add` each chunk in turn until `done`; no chunk is pulled once `done` is true."""
         if self.done:
             return
-        add = self.add
         for chunk in chunks:
-            add(chunk)
-            if self._stopped or len(self._out) >= self._budget:
+            self.add(chunk)
+            if self.done:
                 return
 
     # -- input checking ------------------------------------------------------------------------
