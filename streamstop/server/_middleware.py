@@ -199,8 +199,8 @@ class StopMiddleware:
         return request, _parse_stops(request)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` once, then defers to the real one."""
+def _replay(body: bytes, then: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` once, then defers to ``then``."""
     sent = False
 
     async def replay() -> Message:
@@ -208,7 +208,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
+        return await then()
 
     return replay
 
@@ -242,11 +242,12 @@ class _Exchange:
 
     async def run(self, scope: Scope, body: bytes, receive: Receive) -> None:
         error: Exception | None = None
+        app_receive = _replay(body, self._wait_for_disconnect)
         async with anyio.create_task_group() as group:
             group.start_soon(self._watch, receive)
             with self._app_scope:
                 try:
-                    await self._app(scope, self._receive_factory(body), self._intercept)
+                    await self._app(scope, app_receive, self._intercept)
                 except Exception as exc:  # raised below, outside the task group: not wrapped
                     error = exc
             group.cancel_scope.cancel()
@@ -267,18 +268,10 @@ class _Exchange:
         if not self._complete:
             self._app_scope.cancel()
 
-    def _receive_factory(self, body: bytes) -> Receive:
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await self._disconnected.wait()
-            return {"type": "http.disconnect"}
-
-        return receive
+    async def _wait_for_disconnect(self) -> Message:
+        """What the app receives after its body: only the watcher reads the real ``receive``."""
+        await self._disconnected.wait()
+        return {"type": "http.disconnect"}
 
     async def _downstream(self, message: Message) -> None:
         try:
