@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar, Union, cast
+from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union, cast
 
 from ._chunk import Chunk, HasText, HasTokens
 from ._errors import describe
@@ -50,6 +50,11 @@ ChunkLike = Union[Sequence[T], HasTokens[T], str, HasText]  # noqa: UP007 (needs
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _MISSING: Any = object()
 _NOT_TOKENS = (str, bytes, bytearray, memoryview)
+
+
+def _is_tokens(value: object) -> TypeGuard[Sequence[Any]]:
+    """Whether `value` is a sequence of tokens: a `Sequence`, but not text, bytes or a buffer."""
+    return not isinstance(value, _NOT_TOKENS) and isinstance(value, Sequence)
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -117,7 +122,7 @@ class Stitcher(Generic[T]):
                     "pass a tokenizer, or a sequence of tokens such as ('\\n\\n',)"
                 )
             return encode_text(self._tokenizer, separator)
-        if isinstance(separator, _NOT_TOKENS) or not isinstance(separator, Sequence):
+        if not _is_tokens(separator):
             raise TypeError(f"separator must be a sequence of tokens, got {describe(separator)}")
         return list(separator)
 
@@ -267,7 +272,7 @@ class Stitcher(Generic[T]):
             return list(known.tokens), known.id, known.metadata
         tokens = getattr(chunk, "tokens", _MISSING)
         if tokens is not _MISSING:
-            if isinstance(tokens, _NOT_TOKENS) or not isinstance(tokens, Sequence):
+            if not _is_tokens(tokens):
                 raise TypeError(
                     f"chunk {index}: .tokens must be a sequence of tokens, got {describe(tokens)}"
                 )
@@ -283,7 +288,7 @@ class Stitcher(Generic[T]):
             )
         if isinstance(chunk, str):
             return self._encode(chunk, index), None, _EMPTY
-        if isinstance(chunk, _NOT_TOKENS) or not isinstance(chunk, Sequence):
+        if not _is_tokens(chunk):
             raise TypeError(
                 f"chunk {index} is not a sequence of tokens: {describe(chunk)}; a chunk is a "
                 "sequence of tokens, an object with .tokens (Chunk), or, with a tokenizer, a str "
