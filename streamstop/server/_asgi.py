@@ -22,6 +22,7 @@ __all__ = [
     "error_payload",
     "header",
     "read_body",
+    "read_body_or_413",
     "send_error",
     "send_json",
 ]
@@ -114,6 +115,16 @@ async def send_error(
 ) -> None:
     payload = error_payload(message, type=type, param=param, code=code)
     await send_json(send, status, payload, headers=headers)
+
+
+async def read_body_or_413(receive: Receive, send: Send, limit: int) -> bytes | None:
+    """The whole request body, or ``None`` when there is no request to serve: the client
+    disconnected first, or the body was larger than ``limit`` and a 413 has been sent."""
+    try:
+        return await read_body(receive, limit)
+    except BodyTooLarge as error:
+        await send_error(send, 413, f"Request body too large: the limit is {error.limit} bytes.")
+        return None
 
 
 async def call_until_disconnect(receive: Receive, function: Callable[[], Awaitable[None]]) -> bool:

@@ -31,13 +31,12 @@ from .._automaton import StopAutomaton
 from ..chat import SSEFilter, truncate_response
 from ._asgi import (
     ASGIApp,
-    BodyTooLarge,
     Message,
     Receive,
     Scope,
     Send,
     header,
-    read_body,
+    read_body_or_413,
     send_error,
 )
 
@@ -153,15 +152,9 @@ class StopMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        try:
-            body = await read_body(receive, self.max_body_size)
-        except BodyTooLarge as error:
-            await send_error(
-                send, 413, f"Request body too large: the limit is {error.limit} bytes."
-            )
-            return
+        body = await read_body_or_413(receive, send, self.max_body_size)
         if body is None:
-            return  # the client left before sending its request
+            return  # the client left before sending its request, or it was too large
         try:
             request, stops = self._parse(body)
         except _BadRequest as error:

@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._asgi import (
-    BodyTooLarge,
     Receive,
     Scope,
     Send,
     call_until_disconnect,
     error_payload,
     header,
-    read_body,
+    read_body_or_413,
     send_error,
     send_json,
 )
@@ -170,13 +169,7 @@ class ProxyApp:
                 code="unknown_url",
             )
             return
-        try:
-            body = await read_body(receive, self.max_body_size)
-        except BodyTooLarge as error:
-            await send_error(
-                send, 413, f"Request body too large: the limit is {error.limit} bytes."
-            )
-            return
+        body = await read_body_or_413(receive, send, self.max_body_size)
         if body is None:
             return
         url = self.upstream + path[len("/v1") :]
