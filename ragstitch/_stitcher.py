@@ -393,4 +393,4 @@ def stitch_text(
         tokenizer=tokenizer,
     )
     stitcher.extend(chunks)
-    return stitcher._tokenizer.decode(stitcher._out)  # type: ignore[union-attr]
+    return tokenizer.decode(stitcher._out)
