@@ -25,6 +25,7 @@ __all__ = [
     "read_body_or_413",
     "send_error",
     "send_json",
+    "serve_lifespan",
 ]
 
 # The same shapes as Starlette's and the ASGI spec's, so apps and middleware interoperate.
@@ -154,3 +155,19 @@ async def call_until_disconnect(receive: Receive, function: Callable[[], Awaitab
     if error is not None:
         raise error
     return disconnected
+
+
+async def serve_lifespan(
+    receive: Receive, send: Send, on_shutdown: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Answer the ASGI lifespan protocol: startup completes at once; at shutdown
+    ``on_shutdown()``, if given, is awaited before shutdown completes."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            if on_shutdown is not None:
+                await on_shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

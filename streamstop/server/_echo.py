@@ -30,6 +30,7 @@ from ._asgi import (
     read_body,
     send_error,
     send_json,
+    serve_lifespan,
 )
 
 __all__ = ["EchoModel", "echo_pieces"]
@@ -148,7 +149,7 @@ class EchoModel:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await serve_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return  # websockets: refused by not accepting
@@ -400,13 +401,3 @@ def _require(method: str, allowed: str) -> None:
             code="method_not_allowed",
             allow=allowed,
         )
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -33,6 +33,7 @@ from ._asgi import (
     read_body_or_413,
     send_error,
     send_json,
+    serve_lifespan,
 )
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class ProxyApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send, on_shutdown=self.aclose)
             return
         if scope["type"] != "http":
             return
@@ -256,13 +257,3 @@ class ProxyApp:
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
