@@ -105,9 +105,9 @@ class StitchResult(Generic[T]):
             raise ValueError(
                 f"cite: need 0 <= start <= end <= {len(self.tokens)}, got start={start}, end={end}"
             )
-        found: list[ChunkRecord] = []
         if start == end:
             return ()
+        found: list[ChunkRecord] = []
         for record in self.records:
             covers = record.covers
             if covers is not None and covers[0] < end and start < covers[1]:
