@@ -99,6 +99,27 @@ class _Job:
             for copy in range(self.n):
                 yield prompt_index * self.n + copy, prompt
 
+    def completions(self) -> list[tuple[int, list[str], str]]:
+        """(choice index, pieces, finish reason) for every choice: its echo, cut at max_tokens."""
+        completions = []
+        for index, text in self.choices():
+            pieces = echo_pieces(text, phase=index)
+            if self.max_tokens is not None and len(pieces) > self.max_tokens:
+                completions.append((index, pieces[: self.max_tokens], "length"))
+            else:
+                completions.append((index, pieces, "stop"))
+        return completions
+
+    def usage(self, completions: list[tuple[int, list[str], str]]) -> dict[str, int]:
+        """The ``usage`` of a response made of ``completions``, counted in echo pieces."""
+        prompt_tokens = sum(len(echo_pieces(prompt)) for prompt in self.prompts)
+        completion_tokens = sum(len(pieces) for _, pieces, _ in completions)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
 
 def _describe(value: object) -> str:
     text = repr(value)
@@ -286,26 +307,19 @@ class EchoModel:
             param="prompt",
         )
 
-    def _pieces(self, job: _Job, index: int, text: str) -> tuple[list[str], str]:
-        pieces = echo_pieces(text, phase=index)
-        if job.max_tokens is not None and len(pieces) > job.max_tokens:
-            return pieces[: job.max_tokens], "length"
-        return pieces, "stop"
-
-    def _usage(self, job: _Job, completion_tokens: int) -> dict[str, int]:
-        prompt_tokens = sum(len(echo_pieces(prompt)) for prompt in job.prompts)
+    def _head(self, job: _Job, kind: str) -> dict[str, Any]:
+        """The fields a response or a chunk begins with; ``kind`` is its ``object``."""
         return {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "id": ("chatcmpl-" if job.chat else "cmpl-") + uuid.uuid4().hex,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model,
         }
 
     def _whole_response(self, job: _Job) -> dict[str, Any]:
+        completions = job.completions()
         choices = []
-        completion_tokens = 0
-        for index, text in job.choices():
-            pieces, finish_reason = self._pieces(job, index, text)
-            completion_tokens += len(pieces)
+        for index, pieces, finish_reason in completions:
             content = "".join(pieces)
             choice: dict[str, Any] = {"index": index}
             if job.chat:
@@ -316,12 +330,9 @@ class EchoModel:
             choice["finish_reason"] = finish_reason
             choices.append(choice)
         return {
-            "id": ("chatcmpl-" if job.chat else "cmpl-") + uuid.uuid4().hex,
-            "object": "chat.completion" if job.chat else "text_completion",
-            "created": int(time.time()),
-            "model": self.model,
+            **self._head(job, "chat.completion" if job.chat else "text_completion"),
             "choices": choices,
-            "usage": self._usage(job, completion_tokens),
+            "usage": job.usage(completions),
         }
 
     async def _stream(self, job: _Job, send: Send) -> None:
@@ -341,12 +352,7 @@ class EchoModel:
 
     def _events(self, job: _Job) -> Iterator[bytes]:
         """The SSE events of a streamed response, but [DONE]: choices take turns."""
-        base: dict[str, Any] = {
-            "id": ("chatcmpl-" if job.chat else "cmpl-") + uuid.uuid4().hex,
-            "object": "chat.completion.chunk" if job.chat else "text_completion",
-            "created": int(time.time()),
-            "model": self.model,
-        }
+        base = self._head(job, "chat.completion.chunk" if job.chat else "text_completion")
         if job.include_usage:
             base["usage"] = None
 
@@ -366,23 +372,19 @@ class EchoModel:
             choice["finish_reason"] = finish_reason
             return _sse({**base, "choices": [choice]})
 
-        runs = []
-        completion_tokens = 0
-        for index, text in job.choices():
-            pieces, finish_reason = self._pieces(job, index, text)
-            completion_tokens += len(pieces)
-            runs.append((index, pieces, finish_reason))
-            if job.chat:
+        completions = job.completions()
+        if job.chat:
+            for index, _, _ in completions:
                 yield event(index, None, None, role=True)
-        longest = max(len(pieces) for _, pieces, _ in runs)
+        longest = max(len(pieces) for _, pieces, _ in completions)
         for position in range(longest + 1):
-            for index, pieces, finish_reason in runs:
+            for index, pieces, finish_reason in completions:
                 if position < len(pieces):
                     yield event(index, pieces[position], None)
                 elif position == len(pieces):
                     yield event(index, None, finish_reason)
         if job.include_usage:
-            yield _sse({**base, "choices": [], "usage": self._usage(job, completion_tokens)})
+            yield _sse({**base, "choices": [], "usage": job.usage(completions)})
 
 
 def _sse(payload: object) -> bytes:
