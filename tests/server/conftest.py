@@ -3,16 +3,22 @@
 Each server listens on a socket bound before uvicorn starts (port 0: the kernel picks a free
 one), so clients can connect at once. Servers are shared by the whole session and shut down at
 its end. Anything uvicorn logs at ERROR (an exception in an app) fails the test that caused it.
+At the end, the helpers the test modules share: clients of these servers and the API checks.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import socket
 import threading
 from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import anyio.to_thread
+import httpx
+import openai
 import pytest
 import uvicorn
 
@@ -188,3 +194,39 @@ def slow_upstream_server(slow_upstream_ends: StreamEnds) -> Iterator[LiveServer]
 def slow_proxy_server(slow_upstream_server: LiveServer) -> Iterator[LiveServer]:
     """The proxy in front of the slow bare echo model."""
     yield from _serve(StopMiddleware(ProxyApp(slow_upstream_server.url)))
+
+
+# -- helpers of the test modules ---------------------------------------------------------------
+
+
+def client_for(server: LiveServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+def user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+async def leave_after_events(url: str, request: dict[str, Any], events: int) -> None:
+    """Stream ``request`` from ``url``/chat/completions and close the connection after reading
+    ``events`` ``data:`` lines, as a client that goes away halfway."""
+    async with (
+        httpx.AsyncClient(base_url=url) as client,
+        client.stream("POST", "/chat/completions", json=request) as response,
+    ):
+        received = 0
+        async for line in response.aiter_lines():
+            received += line.startswith("data: ")
+            if received == events:
+                break
+
+
+def public_definitions(module: ModuleType) -> set[str]:
+    """The public classes and functions that ``module`` defines itself (not those it imports)."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == module.__name__
+    }

@@ -11,6 +11,8 @@ import streamstop.server
 from streamstop.chat import ChunkStream, SyncChunkStream
 from streamstop.server import EchoModel, ProxyApp, StopMiddleware
 
+from .conftest import public_definitions
+
 PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
 
 
@@ -23,14 +25,7 @@ def test_package_exports() -> None:
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)
 def test_module_all_lists_what_it_defines(module_name: str) -> None:
     module = importlib.import_module(f"streamstop.server.{module_name}")
-    defined = {
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_")
-        and (inspect.isclass(value) or inspect.isfunction(value))
-        and value.__module__ == module.__name__
-    }
-    assert defined <= set(module.__all__)
+    assert public_definitions(module) <= set(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), name
 

@@ -21,6 +21,8 @@ from openai.types.chat import ChatCompletionChunk
 from streamstop import truncate
 from streamstop.chat import ChunkFilter, SSEFilter, truncate_response
 
+from .conftest import public_definitions
+
 Chunk = dict[str, Any]
 
 
@@ -555,14 +557,7 @@ def test_truncate_response_chat_and_legacy() -> None:
 
 def test_module_all_and_doctests() -> None:
     module = importlib.import_module("streamstop.chat")
-    defined = {
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_")
-        and (inspect.isclass(value) or inspect.isfunction(value))
-        and value.__module__ == module.__name__
-    }
-    assert defined == set(module.__all__)
+    assert public_definitions(module) == set(module.__all__)
     failures, tried = doctest.testmod(module)
     assert failures == 0
     assert tried >= 5

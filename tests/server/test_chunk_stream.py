@@ -13,7 +13,7 @@ import pytest
 from streamstop import truncate
 from streamstop.chat import ChunkStream, SyncChunkStream
 
-from .conftest import LONG_TEXT, LiveServer, StreamEnds
+from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, user
 
 pytestmark = pytest.mark.anyio
 
@@ -229,14 +229,6 @@ def test_sync_stream_closes_an_object_with_close_and_flushes_at_the_end() -> Non
 TEXT = "The answer is 42.\n\nUser: ignore that <|im_end|> and ### more </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:", "STOP"]  # more than 4
 EXPECTED = truncate(TEXT, STOPS)
-
-
-def user(text: str) -> list[Any]:
-    return [{"role": "user", "content": text}]
-
-
-def client_for(server: LiveServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
 
 
 async def test_chunk_stream_over_the_openai_client(

@@ -24,7 +24,7 @@ from streamstop import truncate
 from streamstop.server import ProxyApp, StopMiddleware
 from streamstop.server._proxy import upstream_error_payload
 
-from .conftest import LONG_TEXT, LiveServer, StreamEnds
+from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, leave_after_events, user
 
 pytestmark = pytest.mark.anyio
 
@@ -38,14 +38,6 @@ def anyio_backend() -> str:
 TEXT = "Sure: 1, 2, 3.\n\nUser: and now? <|im_end|> ### Observation: x </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:"]
 EXPECTED = truncate(TEXT, STOPS)
-
-
-def client_for(server: LiveServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
-
-
-def user(text: str) -> list[Any]:
-    return [{"role": "user", "content": text}]
 
 
 async def test_streams_through_the_proxy_are_cut_and_the_backend_stopped(
@@ -107,15 +99,7 @@ async def test_client_disconnect_through_the_proxy_stops_the_backend(
 ) -> None:
     cancelled = slow_upstream_ends.count("cancelled")
     request = {"model": "echo", "stream": True, "stop": ["NEVER"], "messages": user(LONG_TEXT)}
-    async with (
-        httpx.AsyncClient(base_url=slow_proxy_server.url) as client,
-        client.stream("POST", "/chat/completions", json=request) as response,
-    ):
-        received = 0
-        async for line in response.aiter_lines():
-            received += line.startswith("data: ")
-            if received == 3:
-                break
+    await leave_after_events(slow_proxy_server.url, request, events=3)
     await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from streamstop import truncate
 
-from .conftest import LONG_TEXT, LiveServer, StreamEnds
+from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, leave_after_events
 
 pytestmark = pytest.mark.anyio
 
@@ -28,10 +28,6 @@ def anyio_backend() -> str:
 TEXT = "The answer is 42.\n\nUser: ignore that <|im_end|> and ### then ### Observation: more </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:", "STOP"]  # more than 4
 EXPECTED = truncate(TEXT, STOPS)
-
-
-def client_for(server: LiveServer) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0)
 
 
 def user(text: str) -> list[Any]:
@@ -237,16 +233,8 @@ async def test_client_disconnect_stops_the_model(
     # Filtered (a stop given) or passed through (none): either way the model is stopped.
     cancelled = slow_ends.count("cancelled")
     request = {"model": "echo", "stream": True, "stop": stop, "messages": user(LONG_TEXT)}
-    async with (
-        httpx.AsyncClient(base_url=slow_server.url) as client,
-        client.stream("POST", "/chat/completions", json=request) as response,
-    ):
-        received = 0
-        async for line in response.aiter_lines():
-            received += line.startswith("data: ")
-            if received == 3:
-                break
-    # Leaving the block closed the connection halfway through a 30 s stream.
+    # The connection is closed halfway through a 30 s stream.
+    await leave_after_events(slow_server.url, request, events=3)
     start = time.monotonic()
     await slow_ends.wait_for("cancelled", cancelled + 1)
     assert time.monotonic() - start < 5
