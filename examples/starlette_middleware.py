@@ -33,15 +33,20 @@ def reply_to(messages: list[dict[str, Any]]) -> str:
 
 
 async def stream_chunks(text: str) -> AsyncIterator[str]:
-    base = {"id": "chatcmpl-toy", "object": "chat.completion.chunk", "created": int(time.time())}
+    base = {
+        "id": "chatcmpl-toy",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "toy",
+    }
     words = text.split(" ")
     for i, word in enumerate(words):
         piece = word if i == len(words) - 1 else word + " "
         choice = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
-        yield f"data: {json.dumps({**base, 'model': 'toy', 'choices': [choice]})}\n\n"
+        yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
         await anyio.sleep(0.01)  # a model takes its time: the middleware stops it after a stop
     end = {"index": 0, "delta": {}, "finish_reason": "stop"}
-    yield f"data: {json.dumps({**base, 'model': 'toy', 'choices': [end]})}\n\n"
+    yield f"data: {json.dumps({**base, 'choices': [end]})}\n\n"
     yield "data: [DONE]\n\n"
 
 
