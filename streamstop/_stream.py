@@ -7,6 +7,7 @@ is closed (awaiting ``aclose()``), so that the model stops generating. Closing i
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import Any
@@ -17,6 +18,12 @@ from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 from ._buffer import StopBuffer
 
 __all__ = ["StopStream", "SyncStopStream"]
+
+
+def _unfinished(source: object) -> bool:
+    """Whether closing ``source`` could do anything: not for an async generator that has run to
+    its end (the common case, at the end of a stream), which saves a cancel scope a stream."""
+    return not (inspect.isasyncgen(source) and source.ag_frame is None)
 
 
 class _FilteredStream:
@@ -148,18 +155,22 @@ class StopStream(_FilteredStream):
             return
         self._closed = True
         self._exhausted = True
-        # Shielded: closing must finish even when we got here by being cancelled.
-        with anyio.CancelScope(shield=True):
-            generator = self._generator
-            # Not when we are called from inside it (its ``finally``): it is finishing already.
-            if generator is not None and not getattr(generator, "ag_running", False):
-                # Finish our own iterator too (its ``finally`` finds us closed), so that no
-                # async generator is left for the garbage collector: trio warns about those.
-                await generator.aclose()
-            closable: object = self._iterator if self._iterator is not None else self._source
-            aclose = getattr(closable, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        closers = []
+        # Our own iterator too (its ``finally`` finds us closed), so that no async generator is
+        # left to the garbage collector (trio warns about those); but not from inside it.
+        generator = self._generator
+        running = getattr(generator, "ag_running", False)
+        if generator is not None and not running and _unfinished(generator):
+            closers.append(generator.aclose)
+        source: object = self._iterator if self._iterator is not None else self._source
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None and _unfinished(source):
+            closers.append(aclose)
+        if closers:
+            # Shielded: closing must finish even when we got here by being cancelled.
+            with anyio.CancelScope(shield=True):
+                for close in closers:
+                    await close()
 
     async def __aenter__(self) -> StopStream:
         return self
