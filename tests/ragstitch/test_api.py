@@ -18,6 +18,8 @@ import pytest
 import ragstitch
 from ragstitch._cli import main
 
+from ..public_api import public_definitions
+
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE_MODULES = [
     "_astitch",
@@ -67,13 +69,7 @@ def test_public_names() -> None:
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)
 def test_module_all_lists_what_it_defines(module_name: str) -> None:
     module = importlib.import_module(f"ragstitch.{module_name}")
-    defined = {
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_")
-        and (inspect.isclass(value) or inspect.isfunction(value))
-        and value.__module__ == module.__name__
-    }
+    defined = public_definitions(module)
     assert defined <= set(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), name

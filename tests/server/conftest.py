@@ -8,12 +8,10 @@ At the end, the helpers the test modules share: clients of these servers and the
 
 from __future__ import annotations
 
-import inspect
 import logging
 import socket
 import threading
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import anyio.to_thread
@@ -219,14 +217,3 @@ async def leave_after_events(url: str, request: dict[str, Any], events: int) -> 
             received += line.startswith("data: ")
             if received == events:
                 break
-
-
-def public_definitions(module: ModuleType) -> set[str]:
-    """The public classes and functions that ``module`` defines itself (not those it imports)."""
-    return {
-        name
-        for name, value in vars(module).items()
-        if not name.startswith("_")
-        and (inspect.isclass(value) or inspect.isfunction(value))
-        and value.__module__ == module.__name__
-    }

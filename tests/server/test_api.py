@@ -11,7 +11,7 @@ import streamstop.server
 from streamstop.chat import ChunkStream, SyncChunkStream
 from streamstop.server import EchoModel, ProxyApp, StopMiddleware
 
-from .conftest import public_definitions
+from ..public_api import public_definitions
 
 PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
 

@@ -21,7 +21,7 @@ from openai.types.chat import ChatCompletionChunk
 from streamstop import truncate
 from streamstop.chat import ChunkFilter, SSEFilter, truncate_response
 
-from .conftest import public_definitions
+from ..public_api import public_definitions
 
 Chunk = dict[str, Any]
 

@@ -1,0 +1,17 @@
+"""What the API tests of every package share."""
+
+from __future__ import annotations
+
+import inspect
+from types import ModuleType
+
+
+def public_definitions(module: ModuleType) -> set[str]:
+    """The public classes and functions that ``module`` defines itself (not those it imports)."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == module.__name__
+    }
