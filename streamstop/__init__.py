@@ -2,6 +2,8 @@
 
 The core (:class:`StopAutomaton`, :class:`StopBuffer`, :func:`split_safe`, :func:`truncate`) is
 sans-I/O; :class:`StopStream` and :class:`SyncStopStream` are thin loops around it.
+:mod:`streamstop.chat` applies it to OpenAI-style chunk streams, and :mod:`streamstop.server`
+puts it in front of any OpenAI-compatible server (the ``server`` extra).
 """
 
 from ._automaton import StopAutomaton, StopMatch, Stops
