@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeAlias
 
-__all__ = ["PASS_THROUGH", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
+__all__ = ["PASS_THROUGH", "Step", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
 Stops: TypeAlias = str | Iterable[str] | None
 
@@ -45,9 +45,13 @@ _CACHED_AUTOMATA = 32
 # Text up to this long is stepped through character by character, without the regex skip.
 _SHORT_TEXT = 8
 
-# The result of a step from the root that completes nothing and ends back at the root: the text
+# A memoized step (see StopAutomaton.advance): the new state, the end of a completed stop in the
+# text or -1, and (when no stop completed) what a buffer emits.
+Step: TypeAlias = tuple[int, int, str | None]
+
+# The step from the root over text that completes nothing and ends back at the root: the text
 # passes through untouched. One shared object, so the per-token paths can test it with ``is``.
-PASS_THROUGH: tuple[int, int] = (0, -1)
+PASS_THROUGH: Step = (0, -1, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +184,7 @@ class StopAutomaton:
         self._depth = [len(p) for p in prefix]
         self._match_length = match_length
         self._hold_length = hold_length
-        self._memo: list[dict[str, tuple[int, int]]] = [{} for _ in goto]
+        self._memo: list[dict[str, Step]] = [{} for _ in goto]
         self._memo_size = 0
         # The characters that can begin a stop: text with none of them cannot affect the root.
         self.start_chars = frozenset(goto[0])
@@ -257,35 +261,48 @@ class StopAutomaton:
             state = deep[state].get(char) or root_goto.get(char, 0)
         return state
 
-    def advance(self, state: int, text: str) -> tuple[int, int]:
-        """:meth:`scan`, memoized per state for token-sized text.
+    def advance(self, state: int, text: str) -> Step:
+        """:meth:`scan` from ``state``, with what a buffer emits, memoized for token-sized text.
 
-        LLM tokens come from a fixed vocabulary, and a stream spends most of its time at a few
-        states, so a server soon sees the same (state, token) pairs over and over: a dict
-        lookup then replaces the per-character loop, whatever the number of stops. From the
-        root, text that passes untouched is answered with the one object :data:`PASS_THROUGH`,
-        so that callers can test for it by identity.
+        Returns ``(new_state, end, emitted)``: ``end`` as from :meth:`scan`; when no stop
+        completed (``end < 0``), ``emitted`` is the state's held text plus ``text`` less what
+        the new state holds, the output of a buffer that does not include stops. From the root,
+        text that passes untouched is answered with the one object :data:`PASS_THROUGH` (its
+        output is the text itself), so that callers can test for it by identity.
+
+        LLM tokens come from a fixed vocabulary and a stream spends most of its time at a few
+        states, so a server soon sees the same (state, token) pairs over and over: one dict
+        lookup then answers, whatever the number of stops.
         """
-        memo = self._memo[state]
-        result = memo.get(text)
-        if result is not None:
-            return result
-        if not text:
-            return (state, -1)  # built here, so never the PASS_THROUGH object
-        if state:
-            result = self._advance_from(state, text)
-        elif self.start_chars.isdisjoint(text):
-            result = PASS_THROUGH
+        result = self._memo[state].get(text)
+        return self.step(state, text) if result is None else result
+
+    def step(self, state: int, text: str) -> Step:
+        """:meth:`advance` without looking in the memo first (for callers that just did), then
+        memoized."""
+        if not state and self.start_chars.isdisjoint(text):
+            result = PASS_THROUGH if text else (0, -1, "")
         else:
-            result = self.scan(0, text)
-            if result == PASS_THROUGH:
-                result = PASS_THROUGH
+            if not state:
+                new_state, end = self.scan(0, text)
+            elif text and text[0] not in self._deep[state]:
+                # The first character ends the held partial stop, so from there on the walk is
+                # the root's over the same text.
+                root = self._memo[0].get(text) or self.advance(0, text)
+                new_state, end = root[0], root[1]
+            else:
+                new_state, end = self._walk_from(state, text)
+            emitted: str | None = None
+            if end < 0:
+                pending = self._prefix[state] + text
+                emitted = pending[: len(pending) - self._depth[new_state]]
+            result = (new_state, end, emitted)
         if len(text) <= _MEMO_TEXT_LIMIT and self._memo_size < _MEMO_LIMIT:
-            memo[text] = result
+            self._memo[state][text] = result
             self._memo_size += 1
         return result
 
-    def _advance_from(self, state: int, text: str) -> tuple[int, int]:
+    def _walk_from(self, state: int, text: str) -> tuple[int, int]:
         """From inside a partial stop: walk ``text`` only until the partial is left behind.
 
         Once the state's string lies wholly inside the consumed part of ``text``, the walk is in
@@ -303,22 +320,14 @@ class StopAutomaton:
             if match_length[state]:
                 return state, consumed
             if depth[state] <= consumed:
-                return self._memo[0].get(text) or self.advance(0, text)
+                root = self._memo[0].get(text) or self.advance(0, text)
+                return root[0], root[1]
         return state, -1
 
-    def buffer_tables(
-        self,
-    ) -> tuple[
-        list[dict[str, tuple[int, int]]],
-        dict[str, tuple[int, int]],
-        list[dict[str, int]],
-        list[str],
-        list[int],
-    ]:
-        """For StopBuffer's per-token path, to read only: the memo, the root's memo, the deep
-        tables (their keys: the characters that keep each state's partial stop alive), state
-        texts and depths."""
-        return self._memo, self._memo[0], self._deep, self._prefix, self._depth
+    def buffer_tables(self) -> tuple[list[dict[str, Step]], list[str]]:
+        """For StopBuffer's per-token path, to read only: the memo (per state) and the states'
+        texts."""
+        return self._memo, self._prefix
 
     def find(self, text: str) -> StopMatch | None:
         """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""

@@ -12,9 +12,8 @@ buffer stores one ``int`` of state, however long the stream.
 from __future__ import annotations
 
 import codecs
-from typing import Any
 
-from ._automaton import PASS_THROUGH, StopAutomaton, Stops
+from ._automaton import PASS_THROUGH, Step, StopAutomaton, Stops
 
 __all__ = ["StopBuffer"]
 
@@ -55,15 +54,12 @@ class StopBuffer:
     __slots__ = (
         "_automaton",
         "_decoder",
-        "_deep",
-        "_depths",
         "_errors",
         "_fast_state",
         "_finished",
         "_include_stop",
         "_memo",
         "_prefixes",
-        "_root_memo",
         "_state",
         "_stop_string",
     )
@@ -85,10 +81,7 @@ class StopBuffer:
         self._fast_state = 0
         self._stop_string: str | None = None
         self._finished = False
-        tables = self._automaton.buffer_tables()
-        self._memo, root_memo, self._deep, self._prefixes, self._depths = tables
-        # Keyed by str, looked up with any chunk: one of another type simply misses.
-        self._root_memo: dict[Any, tuple[int, int]] = root_memo
+        self._memo, self._prefixes = self._automaton.buffer_tables()
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -128,64 +121,51 @@ class StopBuffer:
 
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
-        # The hot path: a few loads and one dict lookup per token, for plain str chunks while
-        # running. The memo is keyed by str, so a chunk of any other type misses it.
+        # The hot path: a few loads and one dict lookup per token, for str chunks while running.
+        # The automaton memoizes each (state, token) step with its output; the memo is keyed by
+        # str, so a chunk of any other type misses it.
         state = self._fast_state
-        if not state:
-            try:
-                step = self._root_memo.get(chunk)
-            except TypeError:  # unhashable, so not text: reported by _feed_other
-                step = None
-            if step is None:
-                if type(chunk) is not str:
-                    return self._feed_other(chunk)
-                step = self._automaton.advance(0, chunk)  # and memoized for next time
-            # Only str keys are memoized, so a hit means the chunk is text. (No typing.cast
-            # here: it is a function call, on every token.)
-            if step is PASS_THROUGH:
-                return chunk  # type: ignore[return-value]
-            return self._apply(0, chunk, step)  # type: ignore[arg-type]
-        if state > 0 and type(chunk) is str:
-            # Text is held: the state is inside a partial stop.
-            if chunk and chunk[0] not in self._deep[state]:
-                # The first character ends the partial, so from there on the automaton walks
-                # as it would from the root over the chunk: the root's memo answers.
-                step = self._root_memo.get(chunk) or self._automaton.advance(0, chunk)
-            else:
-                step = self._memo[state].get(chunk) or self._automaton.advance(state, chunk)
-            new_state, end = step
-            if end < 0 and not self._include_stop:
-                # _apply's commonest case, inlined: no stop, release what can no longer be one.
-                self._state = self._fast_state = new_state
-                pending = self._prefixes[state] + chunk
-                keep = self._depths[new_state]
-                return pending[: len(pending) - keep] if keep else pending
-            return self._apply(state, chunk, step)
-        return self._feed_other(chunk)
+        if state < 0:
+            return self._feed_other(chunk)
+        try:
+            step = self._memo[state].get(chunk)  # type: ignore[arg-type]
+        except TypeError:  # unhashable, so not text: reported by _feed_other
+            step = None
+        if step is None:
+            if type(chunk) is not str:
+                return self._feed_other(chunk)
+            step = self._automaton.step(state, chunk)  # and memoized for next time
+        # A hit means the chunk is text. (No typing.cast here: it is a call, on every token.)
+        if step is PASS_THROUGH:
+            return chunk  # type: ignore[return-value]
+        new_state, end, emitted = step
+        if end < 0 and not self._include_stop:
+            self._state = self._fast_state = new_state
+            return emitted  # type: ignore[return-value]  # a str whenever end < 0
+        return self._apply(state, chunk, step)  # type: ignore[arg-type]
 
     def _feed_other(self, chunk: object) -> str:
         if self._stop_string is not None or self._finished:
             return self._feed_after_end(chunk)
         text = self._decode(chunk)
-        piece = self._apply(self._state, text, None)
+        piece = self._advance(text)
         if self._decoder is not None and self._stop_string is None and self._decoder.getstate()[0]:
             # Bytes of an unfinished character are pending: a str chunk now would be an error,
             # which only the slow path checks.
             self._fast_state = -1
         return piece
 
-    def _apply(self, state: int, text: str, step: tuple[int, int] | None) -> str:
-        """Advance by ``text`` from ``state``. ``step`` is the automaton's result for it, if
-        known: ``(new_state, end)``, ``end`` being the offset in ``text`` just past a completed
-        stop, or -1."""
-        new_state, end = self._automaton.advance(state, text) if step is None else step
+    def _advance(self, text: str) -> str:
+        return self._apply(self._state, text, self._automaton.advance(self._state, text))
+
+    def _apply(self, state: int, text: str, step: Step) -> str:
+        """Take the automaton's step by ``text`` from ``state`` (see StopAutomaton.advance)."""
+        new_state, end, emitted = step
         if end < 0:
             self._state = self._fast_state = new_state
-            if self._include_stop:
+            if self._include_stop or emitted is None:  # None: passed through whole
                 return text
-            pending = self._prefixes[state] + text if state else text
-            keep = self._depths[new_state]
-            return pending[: len(pending) - keep] if keep else pending
+            return emitted
         automaton = self._automaton
         stop_length = automaton.match_length(new_state)
         if self._include_stop:
@@ -215,7 +195,9 @@ class StopBuffer:
             # "replace". It may still complete a stop.
             decoded = self._decoder.decode(b"", final=True)
             if decoded:
-                tail = self._apply(self._state, decoded, None)
+                tail = self._apply(
+                    self._state, decoded, self._automaton.advance(self._state, decoded)
+                )
         self._finished = True
         self._fast_state = -1
         if self._stop_string is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from ._automaton import PASS_THROUGH, StopAutomaton, Stops
+from ._automaton import PASS_THROUGH, Step, StopAutomaton, Stops
 from ._buffer import StopBuffer
 
 __all__ = ["StopStream", "SyncStopStream"]
@@ -111,7 +111,8 @@ class StopStream(_FilteredStream):
             return
         buffer = self._buffer
         feed = buffer.feed
-        root_memo = buffer._root_memo
+        # Keyed by str, looked up with any chunk: one of another type simply misses.
+        root_memo: dict[Any, Step] = buffer._memo[0]
         pass_through = PASS_THROUGH
         try:
             if self._iterator is None:

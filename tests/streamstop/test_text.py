@@ -149,7 +149,7 @@ def test_memo_stays_bounded_and_results_stay_exact(monkeypatch: pytest.MonkeyPat
     automaton = StopAutomaton(["abab", "bq"])
     texts = ["aba", "bab", "ab", "abq", "xab", "abab"] * 3
     for text in texts:
-        _, end = automaton.advance(0, text)
+        _, end, _ = automaton.advance(0, text)
         assert (end >= 0) == (reference_match(text, ["abab", "bq"]) is not None)
     memo = automaton.buffer_tables()[0]
     assert sum(map(len, memo)) == 3
