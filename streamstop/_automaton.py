@@ -288,8 +288,7 @@ class StopAutomaton:
             elif text and text[0] not in self._deep[state]:
                 # The first character ends the held partial stop, so from there on the walk is
                 # the root's over the same text.
-                root = self._memo[0].get(text) or self.advance(0, text)
-                new_state, end = root[0], root[1]
+                new_state, end, _ = self.advance(0, text)
             else:
                 new_state, end = self._walk_from(state, text)
             emitted: str | None = None
@@ -320,8 +319,8 @@ class StopAutomaton:
             if match_length[state]:
                 return state, consumed
             if depth[state] <= consumed:
-                root = self._memo[0].get(text) or self.advance(0, text)
-                return root[0], root[1]
+                new_state, end, _ = self.advance(0, text)
+                return new_state, end
         return state, -1
 
     def buffer_tables(self) -> tuple[list[dict[str, Step]], list[str]]:
@@ -340,10 +339,6 @@ class StopAutomaton:
     def match_length(self, state: int) -> int:
         """Length of the stop completed at ``state`` (the longest one ending there), or 0."""
         return self._match_length[state]
-
-    def depth(self, state: int) -> int:
-        """Length of the text the state stands for: what a buffer in this state holds."""
-        return self._depth[state]
 
     def hold_length(self, state: int) -> int:
         """Length of the longest suffix of the state's text that is a proper prefix of a stop."""
