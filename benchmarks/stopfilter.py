@@ -822,6 +822,14 @@ def report(
 # -- plots -------------------------------------------------------------------------------------
 
 
+def _stop_count_axes(ax: Any, counts: Sequence[int], ylabel: str, title: str) -> None:
+    """Log-log axes over the stop counts, as every per-stop-count figure has them."""
+    ax.set(xscale="log", yscale="log", xlabel="number of stop strings", ylabel=ylabel, title=title)
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def plot(
     out: Path,
     per_token: list[PerTokenResult],
@@ -850,16 +858,9 @@ def plot(
             linewidth=width,
             label=LABELS[name],
         )
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="number of stop strings",
-        ylabel="time per token (ns, log)",
-        title="Stop filtering: time per token (lower is better)",
+    _stop_count_axes(
+        ax, counts, "time per token (ns, log)", "Stop filtering: time per token (lower is better)"
     )
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
     written.append(_save(fig, out / f"{PREFIX}_per_token.png"))
 
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -872,16 +873,12 @@ def plot(
         ax.plot(counts, values, marker="o", linewidth=2.5 if name == "ours" else 1.5, label=label)
         for x, y in zip(counts, values, strict=True):
             ax.annotate(f"{y:.2g}", (x, y), textcoords="offset points", xytext=(0, 6), fontsize=7)
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="number of stop strings",
-        ylabel="characters held back after each token (mean, log)",
-        title="Latency a user sees: text held back (lower is better)",
+    _stop_count_axes(
+        ax,
+        counts,
+        "characters held back after each token (mean, log)",
+        "Latency a user sees: text held back (lower is better)",
     )
-    ax.set_xticks(counts, [str(c) for c in counts])
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
     written.append(_save(fig, out / f"{PREFIX}_held.png"))
 
     fig, axes = plt.subplots(1, len(async_results), figsize=(5 * len(async_results), 4.5))
