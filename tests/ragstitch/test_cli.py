@@ -43,7 +43,7 @@ def _run(
 
 def test_text_chunks_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
-    status, out, err = _run([str(path), "--budget", "31"], capsys)
+    status, out, err = _run([str(path), "--budget", "31", "--min-overlap-chars", "8"], capsys)
     assert status == 0
     assert out == (
         "Four score and seven years ago our fathers brought forth on this continent\n\n"
@@ -58,7 +58,8 @@ def test_text_chunks_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
-    status, out, err = _run([str(path), "--budget", "31", "--json"], capsys)
+    argv = [str(path), "--budget", "31", "--json", "--min-overlap-chars", "8"]
+    status, out, err = _run(argv, capsys)
     assert status == 0
     assert err == ""
     report = json.loads(out)
@@ -73,7 +74,8 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     }
     second = report["records"][1]
     assert second["overlap"] == 7
-    assert second["span"] == [15, 25]
+    assert second["span"] is None  # text is located by characters
+    assert second["overlap_chars"] == len("years ago our fathers")
     start, end = second["chars"]
     assert report["text"][start:end] == TEXT_LINES[1]["text"]
     assert report["records"][2]["span"] is None
