@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -141,16 +142,20 @@ def load_tokenizer(spec: str) -> Tokenizer:
             raise ValueError(f"tokenizer {spec!r}: cannot load it: {error}") from None
     failures: list[str] = []
     for package in ("bpe_openai", "tiktoken"):
-        try:
-            module = importlib.import_module(package)
-        except ImportError:
-            failures.append(f"{package} is not installed")
-            continue
-        try:
-            encoding = module.get_encoding(spec)
-        except Exception as error:
-            failures.append(f"{package}: {error}")
-            continue
+        # bpe-openai 0.1.4 reads its vocabularies with a deprecated importlib.resources call:
+        # its warning is no concern of the caller's.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                module = importlib.import_module(package)
+            except ImportError:
+                failures.append(f"{package} is not installed")
+                continue
+            try:
+                encoding = module.get_encoding(spec)
+            except Exception as error:
+                failures.append(f"{package}: {error}")
+                continue
         return cast(Tokenizer, _Ordinary(encoding))
     raise ValueError(
         f"unknown tokenizer {spec!r}: not 'word', an encoding name such as 'o200k_base' or a "
