@@ -27,10 +27,13 @@ PRIVATE_MODULES = [
     "_cli",
     "_errors",
     "_overlap",
+    "_provenance",
     "_result",
     "_stitcher",
+    "_text",
     "_tokenizer",
 ]
+INTEGRATIONS = ["langchain", "llamaindex"]
 PUBLIC = {
     "Chunk",
     "ChunkLike",
@@ -66,7 +69,7 @@ def test_public_names() -> None:
             assert value.__module__.startswith("ragstitch._"), name
 
 
-@pytest.mark.parametrize("module_name", PRIVATE_MODULES)
+@pytest.mark.parametrize("module_name", PRIVATE_MODULES + INTEGRATIONS)
 def test_module_all_lists_what_it_defines(module_name: str) -> None:
     module = importlib.import_module(f"ragstitch.{module_name}")
     defined = public_definitions(module)
@@ -98,7 +101,7 @@ def test_signatures_of_the_contract() -> None:
     assert (stitcher.tokens, stitcher.used, stitcher.remaining) == ([1], 1, 2)
 
 
-@pytest.mark.parametrize("module_name", ["", *(f".{m}" for m in PRIVATE_MODULES)])
+@pytest.mark.parametrize("module_name", ["", *(f".{m}" for m in PRIVATE_MODULES + INTEGRATIONS)])
 def test_docstring_examples(module_name: str) -> None:
     module = importlib.import_module(f"ragstitch{module_name}")
     failures, _ = doctest.testmod(module, raise_on_error=False, verbose=False)
