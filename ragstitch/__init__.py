@@ -18,7 +18,7 @@ from ._chunk import Chunk, HasText, HasTokens, TextChunk
 from ._overlap import overlap
 from ._result import ChunkRecord, StitchResult
 from ._stitcher import ChunkLike, OnOverflow, Stitcher, stitch, stitch_result, stitch_text
-from ._tokenizer import HasIds, Tokenizer, WordTokenizer
+from ._tokenizer import HasIds, Tokenizer, WordTokenizer, count_tokens, load_tokenizer
 
 __all__ = [
     "Chunk",
@@ -35,6 +35,8 @@ __all__ = [
     "WordTokenizer",
     "astitch",
     "astitch_result",
+    "count_tokens",
+    "load_tokenizer",
     "overlap",
     "stitch",
     "stitch_result",

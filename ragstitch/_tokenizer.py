@@ -33,6 +33,7 @@ __all__ = [
     "Tokenizer",
     "WordTokenizer",
     "check_tokenizer",
+    "count_tokens",
     "encode_text",
     "load_tokenizer",
 ]
@@ -119,6 +120,11 @@ def encode_text(tokenizer: Tokenizer, text: str) -> list[Any]:
             "expected a sequence of tokens or an object with .ids"
         )
     return list(encoded)
+
+
+def count_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """How many tokens `tokenizer` makes of `text` (what a context costs)."""
+    return len(encode_text(tokenizer, text))
 
 
 def load_tokenizer(spec: str) -> Tokenizer:

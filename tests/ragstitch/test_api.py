@@ -49,6 +49,8 @@ PUBLIC = {
     "WordTokenizer",
     "astitch",
     "astitch_result",
+    "count_tokens",
+    "load_tokenizer",
     "overlap",
     "stitch",
     "stitch_result",

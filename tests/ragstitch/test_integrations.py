@@ -145,3 +145,17 @@ def test_importing_ragstitch_loads_no_integration_library() -> None:
     for name in ("langchain_core", "llama_index", "bpe_openai", "tiktoken", "tokenizers"):
         assert f"'{name}'" not in out.stdout
     assert "'ragstitch'" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["langchain_stitch.py", "llamaindex_stitch.py"])
+def test_the_examples_run_offline_within_their_budget(name: str) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    pasted = int(out.split("pasted as they are: ")[1].split()[0])
+    stitched, budget = out.split("stitched:")[1].split("tokens (budget ")
+    assert int(stitched) <= int(budget.split(")")[0]) < pasted
