@@ -382,13 +382,15 @@ class Stitcher(Generic[T]):
         placement = layout.plan(info)
         budget = self._budget
         cost = layout.estimate(placement)
-        exact = False
-        if placement.edits and layout.needs_exact(cost, budget):
+        exact = bool(placement.edits) and layout.needs_exact(cost, budget)
+        if exact:
             cost = layout.exact(placement) - layout.charged
-            exact = True
         taken = layout.charged + cost <= budget
-        length = len(encode_text(tokenizer, info.text)) if info.text else 0
         separator = max(placement.separators, 0) * layout.separator_tokens
+        # The chunk's own tokens: those it is charged for, plus those of the text it shares
+        # (encoding only that part: the rest was just counted).
+        spared = sum(len(encode_text(tokenizer, piece)) for piece in placement.shared)
+        length = max(cost - separator, 0) + spared
         covered = layout.covered
         if taken:
             layout.apply(placement, index, cost, exact)

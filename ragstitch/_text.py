@@ -21,10 +21,12 @@
 #   token count of a window of _WINDOW characters either side of the edit, before and after, so
 #   the tokens the tokenizer merges across a seam are counted, and a chunk costs a few small
 #   encodings, not an encoding of the context.
-# - Exactness: near the end of the budget (within `_margin(budget)` tokens of it), and each time
-#   the context has doubled since the last exact count, a chunk is charged by encoding the whole
-#   context it would make, and taken only if that count fits. So the text returned never costs
-#   more than the budget, and what was charged is that count up to the last windowed seams.
+# - Exactness: near the end of the budget (within 16 tokens + 1% of it, either side, plus 2 for
+#   every seam charged by windows since the last exact count, in case a tokenizer merges past
+#   the window: a word longer than it), a chunk is charged by encoding the whole context it
+#   would make, and taken only if that
+#   count fits. So the text returned never costs more than the budget, and what was charged is
+#   that count up to the windowed seams since (benchmarks/ragstitch_real.py measures the gap).
 
 from __future__ import annotations
 
@@ -48,12 +50,10 @@ DEFAULT_MIN_OVERLAP_CHARS = 32
 # Characters of context each side of an edit when it is charged. A seam changes the tokens
 # around it only as far as the tokenizer's pre-tokens reach: a word, a run of spaces.
 _WINDOW = 64
-# The exact count is taken once the context passes twice the last one, but not below this.
-_FIRST_RESYNC = 256
 
 
-def _margin(budget: int) -> int:
-    return 16 + budget // 100
+def _margin(budget: int, seams: int) -> int:
+    return 16 + budget // 100 + 2 * seams
 
 
 class _Seg:
@@ -86,6 +86,7 @@ class Placement:
     edits: tuple[tuple[str, str, str, str], ...]  # (left, old, new, right)
     added_chars: int
     separators: int  # separators added (negative when a chunk bridges a gap)
+    shared: tuple[str, ...] = ()  # the pieces of the chunk already in the context
 
 
 class TextLayout:
@@ -106,8 +107,8 @@ class TextLayout:
         self._segs: list[_Seg] = []
         self.charged = 0
         self.covered = 0
-        self._exact_at = 0
         self.exact_counts = 0
+        self._seams = 0  # edits charged by windows since the last exact count
 
     @property
     def text(self) -> str:
@@ -151,12 +152,12 @@ class TextLayout:
             return self._plan_new(object(), None, text)
         start = last.end - k
         if k == len(text):
-            return Placement(0, 0, None, (start, len(text)), (), 0, 0)
+            return Placement(0, 0, None, (start, len(text)), (), 0, 0, (text,))
         seg = _Seg(last.key, last.source, last.origin, last.placed, last.text + text[k:])
         seg.members = last.members
         n = len(segs)
         edit = (last.text[-_WINDOW:], "", text[k:], "")
-        return Placement(n - 1, n, seg, (start, len(text)), (edit,), len(text) - k, 0)
+        return Placement(n - 1, n, seg, (start, len(text)), (edit,), len(text) - k, 0, (text[:k],))
 
     def _plan_placed(self, source: object, start: int, text: str) -> Placement | None:
         """Document order; `None` if the offsets disagree with the text already laid out."""
@@ -165,6 +166,7 @@ class TextLayout:
         first = last = -1  # the range of the document's segments that this chunk touches
         insert = -1  # where a new segment of this document would go
         doc_end = -1
+        shared: list[str] = []
         for i, seg in enumerate(segs):
             if not (seg.placed and seg.key == source):
                 continue
@@ -176,8 +178,10 @@ class TextLayout:
                     insert = i
                 continue
             low, high = max(start, seg.origin), min(end, seg.end)
-            if text[low - start : high - start] != seg.text[low - seg.origin : high - seg.origin]:
+            piece = text[low - start : high - start]
+            if piece != seg.text[low - seg.origin : high - seg.origin]:
                 return None
+            shared.append(piece)
             if first < 0:
                 first = i
             last = i + 1
@@ -197,7 +201,7 @@ class TextLayout:
             return Placement(at, at, seg, (start, len(text)), (edit,), len(text), added)
         head, tail = segs[first], segs[last - 1]
         if last - first == 1 and head.origin <= start and end <= head.end:
-            return Placement(0, 0, None, (start, len(text)), (), 0, 0)
+            return Placement(0, 0, None, (start, len(text)), (), 0, 0, (text,))
         origin = min(start, head.origin)
         pieces: list[str] = []
         edits: list[tuple[str, str, str, str]] = []
@@ -227,7 +231,14 @@ class TextLayout:
         merged = _Seg(source, source, origin, True, "".join(pieces))
         merged.members = members
         return Placement(
-            first, last, merged, (start, len(text)), tuple(edits), added, -(last - first - 1)
+            first,
+            last,
+            merged,
+            (start, len(text)),
+            tuple(edits),
+            added,
+            -(last - first - 1),
+            tuple(p for p in shared if p),
         )
 
     # -- charging and applying -----------------------------------------------------------------
@@ -242,10 +253,7 @@ class TextLayout:
 
     def needs_exact(self, estimate: int, budget: int) -> bool:
         """Whether a chunk with this estimated cost must be charged by an exact count."""
-        total = self.charged + estimate
-        if abs(total - budget) <= _margin(budget):
-            return True
-        return total >= 2 * max(self._exact_at, _FIRST_RESYNC) and total <= budget
+        return abs(self.charged + estimate - budget) <= _margin(budget, self._seams)
 
     def exact(self, placement: Placement) -> int:
         """The token count of the whole context the placement would make."""
@@ -258,10 +266,9 @@ class TextLayout:
         return self._count(self._sep.join(texts))
 
     def apply(self, placement: Placement, index: int, cost: int, exact: bool) -> None:
-        """Lay the chunk out (record `index`) and charge `cost`; `exact` if `cost` was counted."""
+        """Lay the chunk out (record `index`) and charge `cost`; `exact` if it was counted."""
         self.charged += cost
-        if exact:
-            self._exact_at = self.charged
+        self._seams = 0 if exact else self._seams + len(placement.edits)
         self.covered += placement.added_chars
         segment = placement.segment
         member = placement.member
