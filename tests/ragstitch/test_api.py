@@ -42,6 +42,8 @@ PUBLIC = {
     "HasText",
     "HasTokens",
     "OnOverflow",
+    "Order",
+    "Segment",
     "StitchResult",
     "Stitcher",
     "TextChunk",
