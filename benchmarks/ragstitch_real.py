@@ -33,15 +33,15 @@ Measured:
    how often `len(encode(text)) > budget` (must be never), and the largest gap between what
    was charged and that count.
 4. Time per chunk of `stitch_result` on text, with o200k_base, in both orders, next to the
-   time to encode the chunks once.
+   time to encode the chunks once (per set the best of 5 runs; the median over the sets).
 5. Coincidences: the longest suffix-prefix overlap of every pair of chunks that are not
    neighbours (lc-recursive at 1000, 400 and 200 characters), and the forty-speeches case:
    whole speeches of the novel, each between double quotes, stitched as text with the default
    `min_overlap_chars` and, as before, as WordTokenizer token lists (where the closing and
    opening quotes are a one-token overlap).
 
-Samples are drawn with fixed seeds. Timings are the best of 3 runs on a shared 2-core machine:
-compare the columns of one run, not runs.
+Samples are drawn with fixed seeds. Timings come from a shared 2-core machine: compare the
+columns of one run, not runs.
 
 Run: python benchmarks/ragstitch_real.py [--quick] [--write | --out FILE]. Prints the tables;
 `--write` saves them to benchmarks/results/ragstitch_real.md (`--out` to another file);
@@ -55,6 +55,7 @@ import functools
 import itertools
 import platform
 import random
+import statistics
 import sys
 import time
 import warnings
@@ -244,8 +245,7 @@ def assembly(
     over = 0
     worst_gap = 0.0
     trials = 0
-    chunks_timed = 0
-    times = {"retrieval": 0.0, "document": 0.0, "encode": 0.0}
+    times: dict[str, list[float]] = {"retrieval": [], "document": [], "encode": []}
     for picks in sets:
         chunks = text_chunks(pieces, picks)
         true = count(covered(pieces, picks, document))
@@ -265,7 +265,7 @@ def assembly(
             work = functools.partial(
                 stitch_result, chunks, 10**9, tokenizer=TOKENIZER, separator=SEP, order=order
             )
-            times[order] += best_of(3, work)
+            times[order].append(best_of(5, work) / len(chunks))
             for step in range(budgets):
                 budget = true * step // (budgets - 1)
                 limited: StitchResult[Any] = stitch_result(
@@ -277,14 +277,13 @@ def assembly(
                 if used:
                     worst_gap = max(worst_gap, abs(limited.charged - used) / used)
                 trials += 1
-        times["encode"] += best_of(3, functools.partial(encode_each, chunks))
-        chunks_timed += len(chunks)
+        times["encode"].append(best_of(5, functools.partial(encode_each, chunks)) / len(chunks))
     return {
         "totals": totals,
         "over": over,
         "trials": trials,
         "worst_gap": worst_gap,
-        "per_chunk_us": {k: v / chunks_timed * 1e6 for k, v in times.items()},
+        "per_chunk_us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
     }
 
 
@@ -422,8 +421,9 @@ def run(quick: bool) -> str:
         "",
         f"Each set assembled within {budgets} budgets from 0 to its true cost, in both orders: "
         "how many texts cost more than their budget, and the largest gap between what was "
-        "charged and the count of the text. Time per chunk (best of 3): encoding it once, and "
-        "`stitch_result` in each order, final encoding of the context included.",
+        "charged and the count of the text. Time per chunk (the median over the sets of the "
+        "best of 5): encoding it once, and `stitch_result` in each order, final encoding of the "
+        "context included.",
         "",
     ]
     out += table(

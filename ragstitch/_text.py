@@ -42,10 +42,11 @@ __all__ = ["DEFAULT_MIN_OVERLAP_CHARS", "Order", "Placement", "TextLayout"]
 
 Order = Literal["retrieval", "document"]
 
-#: In retrieval order, overlaps shorter than this many characters are not merged. On the text
-#: benchmarked (benchmarks/ragstitch_real.py) no two chunks that are not neighbours share more
-#: than 9 characters by coincidence, and a random 32-character suffix and prefix agree with a
-#: probability of about 2e-5, all of it from text that really repeats.
+#: In retrieval order, overlaps shorter than this many characters are not merged. Measured by
+#: benchmarks/ragstitch_real.py on chunks that are not neighbours: in a novel none share more
+#: than 9 characters (1 character: a quote or a newline, in 1 pair of 5 to 10); in the Python
+#: Reference, which repeats its own sentences, 20 of 37,442 pairs of 1000-character chunks
+#: share 32 or more, 13 of 276,150 of 400, 4 of 1,206,702 of 200.
 DEFAULT_MIN_OVERLAP_CHARS = 32
 # Characters of context each side of an edit when it is charged. A seam changes the tokens
 # around it only as far as the tokenizer's pre-tokens reach: a word, a run of spaces.
