@@ -1,6 +1,7 @@
 # What a chunk is. The stitcher accepts, in this order of precedence:
 # - any object with a `tokens` attribute (a sequence of tokens), such as `Chunk`;
-# - any object with a `text` attribute (a str), such as `TextChunk`, when a tokenizer is given;
+# - any object with text, when a tokenizer is given: a `text` attribute (`TextChunk`, LlamaIndex
+#   nodes), `page_content` (LangChain) or `content` (Haystack), all read by `read_text`;
 # - a bare sequence of tokens (list, tuple, ...);
 # - a bare `str`, when a tokenizer is given.
 # An object may also carry `id` and `metadata` attributes; they are copied into the chunk's record
