@@ -13,7 +13,8 @@
 # with `add_start_index=True`), LlamaIndex's `TextNode` and `NodeWithScore` (`text`, `node_id`,
 # `ref_doc_id`, `start_char_idx`) and Haystack's `Document` (`content`, `id`, `meta["source_id"]`,
 # `meta["split_idx_start"]`). Their document id and start offset place a chunk in its document
-# for `order="document"`; a `TextChunk` gives them as `source` and `start`.
+# for `order="document"`; a `TextChunk` gives them as `source` and `start`. A chunk ends at
+# `start + len(text)` (LlamaIndex's `end_char_idx` is not read: the text is what is laid out).
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -384,3 +385,15 @@ def test_words_longer_than_the_window_still_keep_the_budget(
     )
     assert result.text is not None
     assert count(O200K, result.text) == result.used <= budget
+
+
+def test_a_bpe_openai_encoding_fits_as_it_is() -> None:
+    with warnings.catch_warnings():  # bpe-openai 0.1.4 uses a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        encoding = bpe_openai.get_encoding("cl100k_base")
+    chunks = [NOVEL[:300], NOVEL[200:500]]
+    result: StitchResult[Any] = stitch_result(chunks, 1000, tokenizer=encoding)
+    assert result.text == NOVEL[:500]
+    assert result.used == len(encoding.encode(NOVEL[:500]))
