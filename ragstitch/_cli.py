@@ -129,9 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if text_mode:
             if isinstance(tokenizer, WordTokenizer):
                 _check_text_tokens(chunks)
-            # The first chunk decides how the stitcher works: text, so that token chunks
-            # among text ones are decoded and stitched as text.
-            chunks.sort(key=lambda item: not isinstance(item[0], TextChunk))
+            # Token chunks among text ones are the tokenizer's: decoded, they are stitched as
+            # text, in the order given (the stitcher would do the same after a text chunk).
+            chunks = [
+                (
+                    chunk
+                    if isinstance(chunk, TextChunk)
+                    else TextChunk(
+                        tokenizer.decode(list(chunk.tokens)), id=chunk.id, metadata=chunk.metadata
+                    ),
+                    number,
+                )
+                for chunk, number in chunks
+            ]
         elif args.separator is not None:
             raise _InputError("--separator applies to text chunks, and the input has none")
         elif args.order == "document":

@@ -220,3 +220,13 @@ def test_tokenizer_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     status, out, err = _run([*argv, "--json"], capsys)
     assert status == 0, err
     assert json.loads(out)["used"] == len(tokenizer.encode(text).ids)
+
+
+def test_token_chunks_among_text_keep_their_place(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [{"id": "t", "tokens": ["Four", " ", "score"]}, {"id": "x", "text": "and seven"}]
+    stdin = "\n".join(json.dumps(line) for line in lines)
+    status, out, _ = _run(["--budget", "50", "--json"], capsys, stdin=stdin)
+    assert status == 0
+    report = json.loads(out)
+    assert report["text"] == "Four score\n\nand seven"
+    assert [r["id"] for r in report["records"]] == ["t", "x"]

@@ -397,3 +397,20 @@ def test_a_bpe_openai_encoding_fits_as_it_is() -> None:
     result: StitchResult[Any] = stitch_result(chunks, 1000, tokenizer=encoding)
     assert result.text == NOVEL[:500]
     assert result.used == len(encoding.encode(NOVEL[:500]))
+
+
+@pytest.mark.anyio
+async def test_astitch_in_document_order() -> None:
+    chunks = char_windows(NOVEL[:3000], 500, 100)
+    shuffled = chunks[::-1]
+
+    async def retrieve() -> AsyncIterator[TextChunk]:
+        for chunk in shuffled:
+            await anyio.lowlevel.checkpoint()
+            yield chunk
+
+    result: StitchResult[Any] = await astitch_result(
+        retrieve(), 10_000, tokenizer=O200K, order="document"
+    )
+    assert result.text == NOVEL[:3000]
+    assert result.used == count(O200K, NOVEL[:3000])
