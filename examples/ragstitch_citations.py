@@ -1,16 +1,16 @@
 """Assemble a RAG context from overlapping chunks, within a budget, and cite the sources.
 
-Two public-domain texts are cut by a sliding-window chunker (48 tokens, 16 shared with the
+Two public-domain texts are cut by a sliding-window chunker (64 tokens, 24 shared with the
 previous chunk), a toy lexical retriever picks the chunks that match a question, and ragstitch
-assembles them: neighbours share 16 tokens, which are pasted and paid for once. The records say
-where each chunk landed, so a passage of the context can be traced back to its sources.
+assembles them in document order: neighbours share 24 tokens, which are pasted and paid for
+once. The records say where each chunk landed (its characters in the context), so a passage of
+the context can be traced back to its sources.
 
 Run: python examples/ragstitch_citations.py (offline; the default WordTokenizer).
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 import textwrap
 
@@ -62,8 +62,8 @@ def sliding_window(doc: str, title: str, text: str) -> list[TextChunk]:
     for n, start in enumerate(range(0, max(len(tokens) - CHUNK_OVERLAP, 1), step)):
         offset = len("".join(tokens[:start]))
         piece = "".join(tokens[start : start + CHUNK_SIZE])
-        meta = {"title": title, "chars": (offset, offset + len(piece))}
-        chunks.append(TextChunk(piece, id=f"{doc}#{n}", metadata=meta))
+        meta = {"title": title}
+        chunks.append(TextChunk(piece, id=f"{doc}#{n}", metadata=meta, source=doc, start=offset))
     return chunks
 
 
@@ -87,14 +87,10 @@ def retrieve(chunks: list[TextChunk], question: str) -> list[TextChunk]:
 def cite(result: StitchResult[str], passage: str) -> list[str]:
     """The sources of each occurrence of `passage` in the context, from the records' spans."""
     assert result.text is not None
-    ends = [0]  # WordTokenizer tokens are strings: character offsets are running sums
-    for token in result.tokens:
-        ends.append(ends[-1] + len(token))
     found = []
     for match in re.finditer(re.escape(passage), result.text):
-        first = bisect.bisect_right(ends, match.start()) - 1
-        last = bisect.bisect_left(ends, match.end())
-        found.append(" + ".join(f"[{r.index + 1}]" for r in result.cite(first, last)))
+        cited = result.cite(match.start(), match.end())  # characters of the text
+        found.append(" + ".join(f"[{r.index + 1}]" for r in cited))
     return found
 
 
@@ -104,11 +100,12 @@ def main() -> None:
     ]
     retrieved = retrieve(chunks, QUESTION)
     result: StitchResult[str] = stitch_result(
-        retrieved, BUDGET, tokenizer=TOKENIZER, separator=SEPARATOR
+        retrieved, BUDGET, tokenizer=TOKENIZER, separator=SEPARATOR, order="document"
     )
     # The same chunks pasted as they are: an overlap longer than any chunk is never merged.
+    longest = max(len(c.text) for c in retrieved)
     pasted: StitchResult[str] = stitch_result(
-        retrieved, BUDGET, tokenizer=TOKENIZER, separator=SEPARATOR, min_overlap=CHUNK_SIZE + 1
+        retrieved, BUDGET, tokenizer=TOKENIZER, separator=SEPARATOR, min_overlap_chars=longest + 1
     )
 
     print(f"Question: {QUESTION}")
@@ -123,10 +120,11 @@ def main() -> None:
     print("\nContext (wrapped for display):\n" + "-" * 72 + f"\n{wrapped}\n" + "-" * 72)
     print("\nSources:")
     for r in result.records:
-        where = f"tokens {r.span[0]}-{r.span[1]}" if r.span else f"skipped (cost {r.cost})"
-        title, (start, end) = r.metadata["title"], r.metadata["chars"]
+        where = f"chars {r.chars[0]}-{r.chars[1]}" if r.chars else f"skipped (cost {r.cost})"
+        assert r.start is not None
+        title, end = r.metadata["title"], r.start + len(retrieved[r.index].text)
         print(f"  [{r.index + 1}] {r.id!s:<14} overlap {r.overlap:>2}  {where:<15}", end=" ")
-        print(f"{title}, chars {start}-{end}")
+        print(f"{title}, chars {r.start}-{end}")
     print()
     for passage in ("all men are created equal", "conceived in Liberty", "shall not perish"):
         print(f"{passage!r:<28} <- {', '.join(cite(result, passage))}")

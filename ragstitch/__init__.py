@@ -2,7 +2,8 @@
 
 Chunks cut by a sliding window share tokens with their neighbours. `stitch` finds the real
 overlap between the end of what is assembled and the start of each chunk, pastes the shared
-tokens once and charges them once::
+tokens once and charges them once (text chunks are stitched on their characters and charged in
+the tokenizer's tokens, optionally laid out in document order)::
 
     >>> from ragstitch import stitch
     >>> stitch([["a1", "b1", "c1"], ["b1", "c1", "d"]], 4)
@@ -16,9 +17,17 @@ output tokens it contributed.
 from ._astitch import astitch, astitch_result
 from ._chunk import Chunk, HasText, HasTokens, TextChunk
 from ._overlap import overlap
-from ._result import ChunkRecord, StitchResult
-from ._stitcher import ChunkLike, OnOverflow, Stitcher, stitch, stitch_result, stitch_text
-from ._tokenizer import HasIds, Tokenizer, WordTokenizer
+from ._result import ChunkRecord, Segment, StitchResult
+from ._stitcher import (
+    ChunkLike,
+    OnOverflow,
+    Order,
+    Stitcher,
+    stitch,
+    stitch_result,
+    stitch_text,
+)
+from ._tokenizer import HasIds, Tokenizer, WordTokenizer, count_tokens, load_tokenizer
 
 __all__ = [
     "Chunk",
@@ -28,6 +37,8 @@ __all__ = [
     "HasText",
     "HasTokens",
     "OnOverflow",
+    "Order",
+    "Segment",
     "StitchResult",
     "Stitcher",
     "TextChunk",
@@ -35,6 +46,8 @@ __all__ = [
     "WordTokenizer",
     "astitch",
     "astitch_result",
+    "count_tokens",
+    "load_tokenizer",
     "overlap",
     "stitch",
     "stitch_result",

@@ -14,7 +14,8 @@ import anyio
 
 from ._errors import describe
 from ._result import StitchResult
-from ._stitcher import ChunkLike, OnOverflow, Stitcher
+from ._stitcher import DEFAULT_MAX_IDLE, ChunkLike, OnOverflow, Order, Stitcher
+from ._text import DEFAULT_MIN_OVERLAP_CHARS
 from ._tokenizer import Tokenizer
 
 __all__ = ["afeed", "astitch", "astitch_result"]
@@ -53,12 +54,17 @@ async def astitch(
     *,
     on_overflow: OnOverflow = "skip",
     min_overlap: int = 1,
-    separator: Sequence[T] | str = (),
+    separator: Sequence[T] | str | None = None,
     tokenizer: Tokenizer | None = None,
+    min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+    order: Order = "retrieval",
+    max_idle: int | None = DEFAULT_MAX_IDLE,
+    max_chunks: int | None = None,
 ) -> list[T]:
     """`stitch` for an async source (e.g. a streaming retriever); returns the output tokens.
 
-    Stops pulling once nothing more can be appended, and closes the source.
+    Stops pulling once `done` (nothing more can be appended, `max_chunks` pulled, or
+    `max_idle` chunks in a row added nothing), and closes the source.
     """
     stitcher: Stitcher[T] = Stitcher(
         budget,
@@ -66,6 +72,10 @@ async def astitch(
         min_overlap=min_overlap,
         separator=separator,
         tokenizer=tokenizer,
+        min_overlap_chars=min_overlap_chars,
+        order=order,
+        max_idle=max_idle,
+        max_chunks=max_chunks,
     )
     await afeed(stitcher, source)
     return stitcher.tokens
@@ -77,8 +87,12 @@ async def astitch_result(
     *,
     on_overflow: OnOverflow = "skip",
     min_overlap: int = 1,
-    separator: Sequence[T] | str = (),
+    separator: Sequence[T] | str | None = None,
     tokenizer: Tokenizer | None = None,
+    min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+    order: Order = "retrieval",
+    max_idle: int | None = DEFAULT_MAX_IDLE,
+    max_chunks: int | None = None,
 ) -> StitchResult[T]:
     """Like `astitch`, but return a `StitchResult` with one record per chunk pulled."""
     stitcher: Stitcher[T] = Stitcher(
@@ -87,6 +101,10 @@ async def astitch_result(
         min_overlap=min_overlap,
         separator=separator,
         tokenizer=tokenizer,
+        min_overlap_chars=min_overlap_chars,
+        order=order,
+        max_idle=max_idle,
+        max_chunks=max_chunks,
     )
     await afeed(stitcher, source)
     return stitcher.result()

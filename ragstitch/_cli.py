@@ -1,11 +1,14 @@
 # The `ragstitch` command: JSON lines of chunks in, the assembled context and a report out.
 #
 # Input: one JSON object per line, {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]},
-# optionally with "metadata": {...}; blank lines are ignored. When any chunk has "text", the
-# context is text: text is encoded with `WordTokenizer`, "tokens" must then be lists of strings
-# (such tokens), non-overlapping chunks are joined by --separator, and the text is printed.
-# Otherwise the tokens are printed as one JSON array. The report goes to stderr, so stdout holds
-# only the context; with --json, stdout holds one JSON object with the context and every record.
+# optionally with "metadata": {...}, and for text "source" and "start" (the document id and the
+# character offset of the chunk there; LangChain's and Haystack's metadata names are read too);
+# blank lines are ignored. When any chunk has "text", the context is text, stitched on its text
+# and charged in the tokens of --tokenizer (default `WordTokenizer`; "tokens" are then that
+# tokenizer's and are decoded), non-overlapping chunks are joined by --separator, and the text
+# is printed. Otherwise the tokens are printed as one JSON array. The report goes to stderr, so
+# stdout holds only the context; with --json, stdout holds one JSON object with the context and
+# every record.
 # Exit status: 0 on success, 1 for bad input, 2 for bad usage.
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from ._chunk import Chunk, TextChunk
 from ._errors import describe
 from ._result import ChunkRecord, StitchResult
 from ._stitcher import Stitcher
-from ._tokenizer import WordTokenizer
+from ._text import DEFAULT_MIN_OVERLAP_CHARS
+from ._tokenizer import Tokenizer, WordTokenizer, load_tokenizer
 
 __all__ = ["main"]
 
@@ -40,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             'Input lines: {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]}, '
-            'optionally "metadata": {...}. Text is tokenized with the built-in WordTokenizer.'
+            'optionally "metadata": {...}, and for text "source" and "start" (its document and '
+            "character offset there, for --order document)."
         ),
     )
     parser.add_argument(
@@ -57,7 +62,34 @@ def _parser() -> argparse.ArgumentParser:
         "--min-overlap",
         type=int,
         default=1,
-        help="shorter overlaps are not merged (default 1)",
+        help="token chunks: shorter overlaps, in tokens, are not merged (default 1)",
+    )
+    parser.add_argument(
+        "--min-overlap-chars",
+        type=int,
+        default=DEFAULT_MIN_OVERLAP_CHARS,
+        help=(
+            "text chunks: shorter overlaps, in characters, are not merged "
+            f"(default {DEFAULT_MIN_OVERLAP_CHARS})"
+        ),
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="word",
+        help=(
+            "what the budget counts for text: 'word' (built in, the default), an OpenAI "
+            "encoding such as o200k_base or cl100k_base (needs bpe-openai or tiktoken), or a "
+            "path to a Hugging Face tokenizer.json (needs tokenizers)"
+        ),
+    )
+    parser.add_argument(
+        "--order",
+        choices=("retrieval", "document"),
+        default="retrieval",
+        help=(
+            "text: append chunks in the order given (default), or lay them out in document "
+            "order by their source and start"
+        ),
     )
     parser.add_argument(
         "--separator",
@@ -78,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument --budget: must be >= 0, got {args.budget}")
     if args.min_overlap < 1:
         parser.error(f"argument --min-overlap: must be >= 1, got {args.min_overlap}")
+    if args.min_overlap_chars < 1:
+        parser.error(f"argument --min-overlap-chars: must be >= 1, got {args.min_overlap_chars}")
+    try:
+        tokenizer: Tokenizer = load_tokenizer(args.tokenizer)
+    except ValueError as error:
+        parser.error(f"argument --tokenizer: {error}")
     try:
         if args.file == "-":
             chunks = _read(sys.stdin, "<stdin>")
@@ -89,15 +127,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise _InputError(f"{args.file}: {error.strerror or error}") from None
         text_mode = any(isinstance(chunk, TextChunk) for chunk, _ in chunks)
         if text_mode:
-            _check_text_tokens(chunks)
+            if isinstance(tokenizer, WordTokenizer):
+                _check_text_tokens(chunks)
+            # Token chunks among text ones are the tokenizer's: decoded, they are stitched as
+            # text, in the order given (the stitcher would do the same after a text chunk).
+            chunks = [
+                (
+                    chunk
+                    if isinstance(chunk, TextChunk)
+                    else TextChunk(
+                        tokenizer.decode(list(chunk.tokens)), id=chunk.id, metadata=chunk.metadata
+                    ),
+                    number,
+                )
+                for chunk, number in chunks
+            ]
         elif args.separator is not None:
             raise _InputError("--separator applies to text chunks, and the input has none")
+        elif args.order == "document":
+            raise _InputError("--order document applies to text chunks, and the input has none")
         stitcher: Stitcher[Any] = Stitcher(
             args.budget,
             on_overflow=args.on_overflow,
             min_overlap=args.min_overlap,
-            separator=("\n\n" if args.separator is None else args.separator) if text_mode else (),
-            tokenizer=WordTokenizer() if text_mode else None,
+            separator=("\n\n" if args.separator is None else args.separator) if text_mode else None,
+            tokenizer=tokenizer if text_mode else None,
+            min_overlap_chars=args.min_overlap_chars,
+            order=args.order,
         )
         stitcher.extend(chunk for chunk, _ in chunks)
     except _InputError as error:
@@ -130,12 +186,20 @@ def _read(stream: TextIO, name: str) -> list[tuple[Chunk[Any] | TextChunk, int]]
             raise _InputError(f"{where}: invalid JSON: {error.msg}") from None
         if not isinstance(item, dict):
             raise _InputError(f"{where}: expected a JSON object, got {describe(item)}")
-        unknown = sorted(set(item) - {"id", "text", "tokens", "metadata"})
+        unknown = sorted(set(item) - {"id", "text", "tokens", "metadata", "source", "start"})
         if unknown:
             raise _InputError(
                 f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
-                "expected id, text or tokens, metadata"
+                "expected id, text or tokens, metadata, source, start"
             )
+        source = item.get("source")
+        start = item.get("start")
+        if isinstance(source, (dict, list)):
+            raise _InputError(
+                f"{where}: source must be a string or a number, got {describe(source)}"
+            )
+        if start is not None and (type(start) is not int or start < 0):
+            raise _InputError(f"{where}: start must be an integer >= 0, got {describe(start)}")
         metadata = item.get("metadata")
         if metadata is None:
             metadata = {}
@@ -150,7 +214,10 @@ def _read(stream: TextIO, name: str) -> list[tuple[Chunk[Any] | TextChunk, int]]
             text = item["text"]
             if not isinstance(text, str):
                 raise _InputError(f"{where}: text must be a string, got {describe(text)}")
-            chunks.append((TextChunk(text, id=item.get("id"), metadata=metadata), number))
+            chunk = TextChunk(
+                text, id=item.get("id"), metadata=metadata, source=source, start=start
+            )
+            chunks.append((chunk, number))
         else:
             raise _InputError(f'{where}: a chunk needs "text" or "tokens"')
     return chunks
@@ -204,12 +271,6 @@ def _remaining_before(result: StitchResult[Any]) -> dict[int, int]:
 
 
 def _as_json(result: StitchResult[Any], unread: int, text_mode: bool) -> dict[str, Any]:
-    offsets: list[int] | None = None
-    if text_mode:
-        # WordTokenizer tokens are strings that join to the text: character offsets are sums.
-        offsets = [0]
-        for token in result.tokens:
-            offsets.append(offsets[-1] + len(token))
     records = []
     for record in result.records:
         entry: dict[str, Any] = {
@@ -222,15 +283,19 @@ def _as_json(result: StitchResult[Any], unread: int, text_mode: bool) -> dict[st
             "cost": record.cost,
             "span": None if record.span is None else list(record.span),
         }
-        if offsets is not None:
-            covers = record.covers
-            entry["chars"] = None if covers is None else [offsets[covers[0]], offsets[covers[1]]]
+        if text_mode:
+            chars = record.chars
+            entry["chars"] = None if chars is None else list(chars)
+            entry["overlap_chars"] = record.overlap_chars
+            entry["source"] = record.source
+            entry["start"] = record.start
         entry["metadata"] = dict(record.metadata)
         records.append(entry)
     out: dict[str, Any] = {"text": result.text} if text_mode else {"tokens": list(result.tokens)}
     out.update(
         budget=result.budget,
         used=result.used,
+        charged=result.charged,
         remaining=result.remaining,
         saved=result.saved,
         stopped=result.stopped,

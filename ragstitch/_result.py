@@ -5,16 +5,20 @@
 # `tokens[start:end]`. A taken chunk *contributed* `span` (the tokens appended for it) and
 # *covers* `covers` (its overlap with what came before plus `span`): `tokens[covers[0]:covers[1]]`
 # equals the chunk's tokens.
+#
+# Text is stitched on characters, so text chunks are located by characters: `chars` is the
+# half-open span of `text` that equals the chunk's text, and `span` is `None`. The result's
+# `segments` are the pieces of `text` between separators, each with the chunks it holds.
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from ._errors import describe
 
-__all__ = ["ChunkRecord", "StitchResult"]
+__all__ = ["ChunkRecord", "Segment", "StitchResult"]
 
 T = TypeVar("T")
 
@@ -32,7 +36,16 @@ class ChunkRecord:
     - `separator`: separator tokens put (or that would have been put) before it; only when
       `overlap == 0`, the output is not empty and the chunk is not.
     - `cost`: `length - overlap + separator`, what it was (or would have been) charged.
-    - `span`: `(start, end)` of the output tokens it contributed, `None` if not taken.
+    - `span`: `(start, end)` of the output tokens it contributed, `None` if not taken (and for
+      text chunks, which are located by `chars`).
+
+    For a text chunk (stitched on text), `length`, `separator` and `cost` are in the tokenizer's
+    tokens, `overlap` is the tokens it was spared (`length + separator - cost`, at least 0), and:
+
+    - `chars`: `(start, end)` of the characters of the result's `text` that equal its text;
+      `None` if not taken.
+    - `overlap_chars`: its characters that were already in the context (merged, not repeated).
+    - `source`, `start`: its document id and character offset there, `None` when unknown.
     """
 
     index: int
@@ -44,6 +57,10 @@ class ChunkRecord:
     cost: int
     span: tuple[int, int] | None
     metadata: Mapping[str, Any]
+    chars: tuple[int, int] | None = None
+    overlap_chars: int = 0
+    source: object = None
+    start: int | None = None
 
     @property
     def covers(self) -> tuple[int, int] | None:
@@ -54,12 +71,31 @@ class ChunkRecord:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A piece of the assembled text between separators: `text[chars[0]:chars[1]]`.
+
+    `records` are the indices of the taken chunks it holds, in order of position; `source` and
+    `start` say where it sits in its document when its chunks were placed (`order="document"`).
+    """
+
+    text: str
+    chars: tuple[int, int]
+    records: tuple[int, ...]
+    source: object = None
+    start: int | None = None
+
+
+@dataclass(frozen=True)
 class StitchResult(Generic[T]):
     """The assembled tokens, the budget, and one `ChunkRecord` per chunk offered.
 
     `text` is the decoded output when the stitcher had a tokenizer, else `None`. `stopped` is
     true when `on_overflow="stop"` ended assembly. Chunks never pulled (after assembly ended)
     have no record.
+
+    `mode` is `"text"` when text chunks were stitched on their text: then `tokens` is the
+    tokenizer's encoding of `text` (so `used` is its exact cost), records locate chunks by
+    `chars`, `cite` takes character offsets, and `segments` lists the pieces between separators.
     """
 
     tokens: tuple[T, ...]
@@ -67,6 +103,8 @@ class StitchResult(Generic[T]):
     budget: int
     stopped: bool = False
     text: str | None = None
+    mode: Literal["tokens", "text"] = "tokens"
+    segments: tuple[Segment, ...] = ()
 
     @property
     def used(self) -> int:
@@ -86,6 +124,11 @@ class StitchResult(Generic[T]):
         return tuple(r for r in self.records if not r.taken)
 
     @property
+    def charged(self) -> int:
+        """The sum of the taken chunks' costs: `used` for tokens; for text, within 1% of it."""
+        return sum(r.cost for r in self.records if r.taken)
+
+    @property
     def saved(self) -> int:
         """Tokens not pasted twice thanks to overlap: the sum of the taken chunks' overlaps."""
         return sum(r.overlap for r in self.records if r.taken)
@@ -94,22 +137,25 @@ class StitchResult(Generic[T]):
         """The taken chunks whose tokens cover any output token in `[start, end)`.
 
         `end` defaults to `start + 1` (one token). Use it to cite the sources of a passage of
-        the context. Raises `ValueError` unless `0 <= start <= end <= used`.
+        the context. For a text result (`mode == "text"`) the offsets are characters of `text`.
+        Raises `ValueError` unless `0 <= start <= end <= used` (`len(text)` for text).
         """
         if end is None:
             end = start + 1
         for name, value in (("start", start), ("end", end)):
             if type(value) is not int:
                 raise TypeError(f"cite: {name} must be an int, got {describe(value)}")
-        if not 0 <= start <= end <= len(self.tokens):
+        text_mode = self.mode == "text"
+        size = len(self.text or "") if text_mode else len(self.tokens)
+        if not 0 <= start <= end <= size:
             raise ValueError(
-                f"cite: need 0 <= start <= end <= {len(self.tokens)}, got start={start}, end={end}"
+                f"cite: need 0 <= start <= end <= {size}, got start={start}, end={end}"
             )
         if start == end:
             return ()
         found: list[ChunkRecord] = []
         for record in self.records:
-            covers = record.covers
+            covers = record.chars if text_mode else record.covers
             if covers is not None and covers[0] < end and start < covers[1]:
                 found.append(record)
         return tuple(found)

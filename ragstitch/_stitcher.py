@@ -1,6 +1,7 @@
 # The stitcher: a sans-I/O state machine that assembles chunks within a token budget.
 #
-# Everything that decides what goes into the output lives in this file. The rules:
+# Everything that decides what goes into the output lives in this file and, for text, in
+# `_text.py`. The rules:
 # - Chunks are taken in the order offered. A chunk's overlap `k` is the longest suffix of the
 #   output that equals a prefix of the chunk (`k <= min(len(output), len(chunk))`); an overlap
 #   shorter than `min_overlap` counts as 0. Its cost is `len(chunk) - k`, plus the separator's
@@ -9,10 +10,17 @@
 #   overlap are appended: the chunk is taken. A chunk is never partially appended.
 # - Otherwise the chunk is not taken. With `on_overflow="skip"` the next chunk is tried; with
 #   `"stop"` assembly ends, and offering another chunk is an error.
+# - Text: when the first chunk is text (a `str`, or an object with text, see `read_text`) and
+#   there is a tokenizer, the stitcher works on text from then on (token chunks are decoded):
+#   overlaps are found on characters and charged in tokens, by `TextLayout` (see `_text.py`).
+#   Otherwise it works on tokens, and text chunks are encoded one by one.
 # - Every chunk offered gets a `ChunkRecord` (taken or not). `done` turns true when nothing more
-#   can be appended: assembly stopped, or no budget remains. `stitch` and `astitch` pull no
-#   chunk once `done` is true, so chunks after that point have no record. A chunk offered with
-#   no budget left can still be taken if it costs 0 (it appends nothing).
+#   can be appended (assembly stopped, or no budget remains), once `max_chunks` chunks were
+#   offered, or after `max_idle` chunks in a row that added nothing (empty, already in the
+#   output, or not taken): without that rule a source of empty chunks, which cost nothing,
+#   would be pulled forever. `stitch` and `astitch` pull no chunk once `done` is true, so
+#   chunks after that point have no record. A chunk offered with no budget left can still be
+#   taken if it costs 0 (it appends nothing).
 #
 # `add` costs O(len(chunk)): the overlap reads at most that many tokens of the output.
 
@@ -20,18 +28,22 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeGuard, TypeVar, Union, cast
 
-from ._chunk import Chunk, HasText, HasTokens
+from ._chunk import Chunk, HasText, HasTokens, TextInfo, read_text
 from ._errors import describe
 from ._overlap import overlap_native
 from ._result import ChunkRecord, StitchResult
+from ._text import DEFAULT_MIN_OVERLAP_CHARS, Order, TextLayout
 from ._tokenizer import Tokenizer, WordTokenizer, check_tokenizer, encode_text
 
 __all__ = [
+    "DEFAULT_MAX_IDLE",
     "ChunkLike",
     "OnOverflow",
+    "Order",
     "Stitcher",
     "check_int",
     "stitch",
@@ -42,6 +54,10 @@ __all__ = [
 T = TypeVar("T")
 
 OnOverflow = Literal["skip", "stop"]
+
+#: Chunks in a row that add nothing before `done` turns true. A retriever's top-k is far
+#: shorter; an endless source of empty or repeated chunks is cut off after this many.
+DEFAULT_MAX_IDLE = 1000
 
 #: What `Stitcher.add` accepts: a sequence of tokens, an object with `tokens` (e.g. `Chunk`),
 #: or, with a tokenizer, a `str` or an object with `text` (e.g. `TextChunk`).
@@ -83,15 +99,24 @@ class Stitcher(Generic[T]):
 
     - `on_overflow`: `"skip"` passes over a chunk that does not fit and tries the next;
       `"stop"` ends assembly at the first chunk that does not fit.
-    - `min_overlap`: overlaps shorter than this are not merged (a coincidental repeat of "the"
-      or "." is not swallowed). Default 1.
-    - `separator`: tokens put between two taken chunks that do not overlap, charged to the
-      chunk after them; a `str` is encoded with the tokenizer. Default none.
-    - `tokenizer`: encodes text chunks (a `str` or an object with `text`) and decodes `text`.
+    - `min_overlap`: overlaps shorter than this many tokens are not merged (a coincidental
+      repeat of "the" or "." is not swallowed). Default 1.
+    - `separator`: put between two taken chunks that do not overlap, charged to the chunk after
+      them: tokens, or a `str` (encoded with the tokenizer when working on tokens). Default
+      none for tokens, a blank line for text.
+    - `tokenizer`: encodes text chunks and decodes `text`; with one, text chunks are stitched
+      on their text and charged in its tokens.
+    - `min_overlap_chars`: for text, overlaps shorter than this many characters are not merged
+      in retrieval order. Default `DEFAULT_MIN_OVERLAP_CHARS` (32).
+    - `order`: `"retrieval"` (default) appends chunks in the order offered; `"document"` (text
+      only) lays each chunk out at its place in its document (see `read_text`).
+    - `max_idle`: `done` turns true after this many chunks in a row that added nothing.
+      Default `DEFAULT_MAX_IDLE` (1000); `None` for no limit.
+    - `max_chunks`: `done` turns true once this many chunks were offered. Default no limit.
 
     Raises `TypeError` or `ValueError` naming the offending value for a budget that is not an
-    int >= 0, an unknown `on_overflow`, a `min_overlap` that is not an int >= 1, or a bad
-    separator or tokenizer.
+    int >= 0, an unknown `on_overflow` or `order`, a `min_overlap` that is not an int >= 1, a
+    bad separator or tokenizer, or `order="document"` without a tokenizer.
     """
 
     def __init__(
@@ -100,21 +125,43 @@ class Stitcher(Generic[T]):
         *,
         on_overflow: OnOverflow = "skip",
         min_overlap: int = 1,
-        separator: Sequence[T] | str = (),
+        separator: Sequence[T] | str | None = None,
         tokenizer: Tokenizer | None = None,
+        min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+        order: Order = "retrieval",
+        max_idle: int | None = DEFAULT_MAX_IDLE,
+        max_chunks: int | None = None,
     ) -> None:
         self._budget = check_int("budget", budget, 0)
         if on_overflow not in ("skip", "stop"):
             raise ValueError(f"on_overflow must be 'skip' or 'stop', got {on_overflow!r}")
         self._on_overflow: OnOverflow = on_overflow
         self._min_overlap = check_int("min_overlap", min_overlap, 1)
+        self._min_overlap_chars = check_int("min_overlap_chars", min_overlap_chars, 1)
+        if order not in ("retrieval", "document"):
+            raise ValueError(f"order must be 'retrieval' or 'document', got {order!r}")
+        self._order: Order = order
+        self._max_idle = None if max_idle is None else check_int("max_idle", max_idle, 1)
+        self._max_chunks = None if max_chunks is None else check_int("max_chunks", max_chunks, 0)
         self._tokenizer = None if tokenizer is None else check_tokenizer(tokenizer)
+        if order == "document" and self._tokenizer is None:
+            raise ValueError(
+                "order='document' lays out text and needs a tokenizer to charge it: pass "
+                "tokenizer=WordTokenizer() (or your model's)"
+            )
+        self._separator_arg: object = separator
         self._separator: list[Any] = self._check_separator(separator)
         self._out: list[T] = []
         self._records: list[ChunkRecord] = []
         self._stopped = False
+        self._idle = 0
+        # Set by the first chunk: None until then, a TextLayout once working on text.
+        self._mode: Literal["tokens", "text"] | None = "text" if order == "document" else None
+        self._layout: TextLayout | None = None
 
     def _check_separator(self, separator: object) -> list[Any]:
+        if separator is None:
+            return []
         if isinstance(separator, str):
             if self._tokenizer is None:
                 raise TypeError(
@@ -125,6 +172,24 @@ class Stitcher(Generic[T]):
         if not _is_tokens(separator):
             raise TypeError(f"separator must be a sequence of tokens, got {describe(separator)}")
         return list(separator)
+
+    def _text_layout(self) -> TextLayout:
+        if self._layout is None:
+            tokenizer = self._tokenizer
+            assert tokenizer is not None
+            separator = self._separator_arg
+            if separator is None:
+                text_separator = "\n\n"
+            elif isinstance(separator, str):
+                text_separator = separator
+            else:
+                text_separator = tokenizer.decode(list(self._separator))
+
+            def count(text: str) -> int:
+                return len(encode_text(tokenizer, text))
+
+            self._layout = TextLayout(count, text_separator, self._min_overlap_chars, self._order)
+        return self._layout
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -141,6 +206,14 @@ class Stitcher(Generic[T]):
         return self._min_overlap
 
     @property
+    def min_overlap_chars(self) -> int:
+        return self._min_overlap_chars
+
+    @property
+    def order(self) -> Order:
+        return self._order
+
+    @property
     def separator(self) -> tuple[Any, ...]:
         return tuple(self._separator)
 
@@ -149,22 +222,34 @@ class Stitcher(Generic[T]):
         return self._tokenizer
 
     @property
+    def mode(self) -> Literal["tokens", "text"] | None:
+        """`"text"` or `"tokens"`, as set by the first chunk; `None` before it."""
+        return self._mode
+
+    @property
     def tokens(self) -> list[T]:
-        """The output so far (a copy)."""
+        """The output so far (a copy); for text, its encoding."""
+        if self._layout is not None:
+            assert self._tokenizer is not None
+            return encode_text(self._tokenizer, self._layout.text)
         return list(self._out)
 
     @property
     def used(self) -> int:
-        """Tokens in the output, separators included."""
+        """Tokens in the output, separators included; for text, the tokens charged so far."""
+        if self._layout is not None:
+            return self._layout.charged
         return len(self._out)
 
     @property
     def remaining(self) -> int:
-        return self._budget - len(self._out)
+        return self._budget - self.used
 
     @property
     def records(self) -> tuple[ChunkRecord, ...]:
         """One record per chunk offered so far, in order."""
+        if self._layout is not None:
+            return self._located()[0]
         return tuple(self._records)
 
     @property
@@ -174,18 +259,48 @@ class Stitcher(Generic[T]):
 
     @property
     def done(self) -> bool:
-        """True when nothing more can be appended: assembly stopped or no budget remains."""
-        return self._stopped or len(self._out) >= self._budget
+        """True when no more chunks should be pulled: see the rules at the top of this module.
+
+        Assembly stopped, no budget remains, `max_chunks` chunks were offered, or the last
+        `max_idle` chunks added nothing.
+        """
+        return (
+            self._stopped
+            or self.used >= self._budget
+            or (self._max_idle is not None and self._idle >= self._max_idle)
+            or (self._max_chunks is not None and len(self._records) >= self._max_chunks)
+        )
 
     @property
     def text(self) -> str | None:
-        """The output decoded with the tokenizer, or `None` without one."""
+        """The output as text (decoded with the tokenizer), or `None` without a tokenizer."""
+        if self._layout is not None:
+            return self._layout.text
         if self._tokenizer is None:
             return None
         return self._tokenizer.decode(list(self._out))
 
+    def _located(self) -> tuple[tuple[ChunkRecord, ...], Any]:
+        assert self._layout is not None
+        spans, segments = self._layout.locate()
+        records = tuple(
+            replace(r, chars=spans.get(r.index)) if r.taken else r for r in self._records
+        )
+        return records, segments
+
     def result(self) -> StitchResult[T]:
         """A frozen snapshot: tokens, records, budget, whether it stopped, and `text`."""
+        if self._layout is not None:
+            records, segments = self._located()
+            return StitchResult(
+                tokens=tuple(self.tokens),
+                records=records,
+                budget=self._budget,
+                stopped=self._stopped,
+                text=self._layout.text,
+                mode="text",
+                segments=segments,
+            )
         return StitchResult(
             tokens=tuple(self._out),
             records=tuple(self._records),
@@ -197,7 +312,7 @@ class Stitcher(Generic[T]):
     def __repr__(self) -> str:
         return (
             f"Stitcher(budget={self._budget}, on_overflow={self._on_overflow!r}, "
-            f"min_overlap={self._min_overlap}, used={len(self._out)}, "
+            f"min_overlap={self._min_overlap}, used={self.used}, "
             f"chunks={len(self._records)}, stopped={self._stopped})"
         )
 
@@ -215,6 +330,15 @@ class Stitcher(Generic[T]):
                 "check .done before offering more chunks"
             )
         index = len(self._records)
+        if self._mode is None:
+            text_first = (
+                self._tokenizer is not None
+                and getattr(chunk, "tokens", _MISSING) is _MISSING
+                and read_text(chunk, index) is not None
+            )
+            self._mode = "text" if text_first else "tokens"
+        if self._mode == "text":
+            return self._add_text(chunk, index)
         tokens, chunk_id, metadata = self._coerce(chunk, index)
         out = self._out
         n = len(out)
@@ -234,6 +358,7 @@ class Stitcher(Generic[T]):
             span = (start, len(out))
         elif self._on_overflow == "stop":
             self._stopped = True
+        self._idle = 0 if len(out) > n else self._idle + 1
         self._records.append(
             ChunkRecord(
                 index=index,
@@ -248,6 +373,57 @@ class Stitcher(Generic[T]):
             )
         )
         return taken
+
+    def _add_text(self, chunk: object, index: int) -> bool:
+        layout = self._text_layout()
+        tokenizer = self._tokenizer
+        assert tokenizer is not None
+        info = self._read(chunk, index, tokenizer)
+        placement = layout.plan(info)
+        budget = self._budget
+        cost = layout.estimate(placement)
+        exact = bool(placement.edits) and layout.needs_exact(cost, budget)
+        if exact:
+            cost = layout.exact(placement) - layout.charged
+        taken = layout.charged + cost <= budget
+        separator = max(placement.separators, 0) * layout.separator_tokens
+        # The chunk's own tokens: those it is charged for, plus those of the text it shares
+        # (encoding only that part: the rest was just counted).
+        spared = sum(len(encode_text(tokenizer, piece)) for piece in placement.shared)
+        length = max(cost - separator, 0) + spared
+        covered = layout.covered
+        if taken:
+            layout.apply(placement, index, cost, exact)
+        elif self._on_overflow == "stop":
+            self._stopped = True
+        self._idle = 0 if layout.covered > covered else self._idle + 1
+        self._records.append(
+            ChunkRecord(
+                index=index,
+                id=info.id,
+                taken=taken,
+                length=length,
+                overlap=max(length + separator - cost, 0),
+                separator=separator,
+                cost=cost,
+                span=None,
+                metadata=info.metadata,
+                overlap_chars=len(info.text) - placement.added_chars,
+                source=info.source,
+                start=info.start,
+            )
+        )
+        return taken
+
+    def _read(self, chunk: object, index: int, tokenizer: Tokenizer) -> TextInfo:
+        """A chunk as text: text chunks as they are, token chunks decoded."""
+        if getattr(chunk, "tokens", _MISSING) is _MISSING:
+            info = read_text(chunk, index)
+            if info is not None:
+                return info
+        tokens, chunk_id, metadata = self._coerce(chunk, index)
+        text = tokenizer.decode(tokens)
+        return TextInfo(text, chunk_id, metadata, None, None)
 
     def extend(self, chunks: Iterable[ChunkLike[T]]) -> None:
         """`add` each chunk in turn until `done`; no chunk is pulled once `done` is true."""
@@ -277,17 +453,9 @@ class Stitcher(Generic[T]):
                     f"chunk {index}: .tokens must be a sequence of tokens, got {describe(tokens)}"
                 )
             return list(tokens), getattr(chunk, "id", None), self._metadata(chunk, index)
-        text = getattr(chunk, "text", _MISSING)
-        if text is not _MISSING:
-            if not isinstance(text, str):
-                raise TypeError(f"chunk {index}: .text must be a str, got {describe(text)}")
-            return (
-                self._encode(text, index),
-                getattr(chunk, "id", None),
-                self._metadata(chunk, index),
-            )
-        if isinstance(chunk, str):
-            return self._encode(chunk, index), None, _EMPTY
+        info = read_text(chunk, index)
+        if info is not None:
+            return self._encode(info.text, index), info.id, info.metadata
         if not _is_tokens(chunk):
             raise TypeError(
                 f"chunk {index} is not a sequence of tokens: {describe(chunk)}; a chunk is a "
@@ -323,8 +491,12 @@ def stitch(
     *,
     on_overflow: OnOverflow = "skip",
     min_overlap: int = 1,
-    separator: Sequence[T] | str = (),
+    separator: Sequence[T] | str | None = None,
     tokenizer: Tokenizer | None = None,
+    min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+    order: Order = "retrieval",
+    max_idle: int | None = DEFAULT_MAX_IDLE,
+    max_chunks: int | None = None,
 ) -> list[T]:
     """Assemble `chunks` within `budget` tokens and return the output tokens.
 
@@ -342,9 +514,13 @@ def stitch(
         min_overlap=min_overlap,
         separator=separator,
         tokenizer=tokenizer,
+        min_overlap_chars=min_overlap_chars,
+        order=order,
+        max_idle=max_idle,
+        max_chunks=max_chunks,
     )
     stitcher.extend(chunks)
-    return stitcher._out
+    return stitcher.tokens if stitcher.mode == "text" else stitcher._out
 
 
 def stitch_result(
@@ -353,8 +529,12 @@ def stitch_result(
     *,
     on_overflow: OnOverflow = "skip",
     min_overlap: int = 1,
-    separator: Sequence[T] | str = (),
+    separator: Sequence[T] | str | None = None,
     tokenizer: Tokenizer | None = None,
+    min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+    order: Order = "retrieval",
+    max_idle: int | None = DEFAULT_MAX_IDLE,
+    max_chunks: int | None = None,
 ) -> StitchResult[T]:
     """Like `stitch`, but return a `StitchResult`: tokens, one record per chunk, and `text`."""
     stitcher: Stitcher[T] = Stitcher(
@@ -363,6 +543,10 @@ def stitch_result(
         min_overlap=min_overlap,
         separator=separator,
         tokenizer=tokenizer,
+        min_overlap_chars=min_overlap_chars,
+        order=order,
+        max_idle=max_idle,
+        max_chunks=max_chunks,
     )
     stitcher.extend(chunks)
     return stitcher.result()
@@ -376,12 +560,17 @@ def stitch_text(
     separator: str = "\n\n",
     on_overflow: OnOverflow = "skip",
     min_overlap: int = 1,
+    min_overlap_chars: int = DEFAULT_MIN_OVERLAP_CHARS,
+    order: Order = "retrieval",
+    max_idle: int | None = DEFAULT_MAX_IDLE,
+    max_chunks: int | None = None,
 ) -> str:
     """Assemble text chunks within `budget` tokens of `tokenizer` and return the text.
 
-    The tokenizer defaults to `WordTokenizer()`. Chunks that do not overlap are joined by
-    `separator` (default a blank line), whose tokens are charged. Each chunk is encoded on its
-    own, so the overlap is found only where the chunks' tokens agree (see `Tokenizer`).
+    The tokenizer defaults to `WordTokenizer()`. Text chunks are stitched on their text:
+    overlaps of at least `min_overlap_chars` characters are merged, and chunks that do not
+    overlap are joined by `separator` (default a blank line). The text costs at most `budget`
+    tokens of `tokenizer`. See `Stitcher` for the other options.
     """
     if tokenizer is None:
         tokenizer = WordTokenizer()
@@ -391,6 +580,12 @@ def stitch_text(
         min_overlap=min_overlap,
         separator=separator,
         tokenizer=tokenizer,
+        min_overlap_chars=min_overlap_chars,
+        order=order,
+        max_idle=max_idle,
+        max_chunks=max_chunks,
     )
     stitcher.extend(chunks)
-    return tokenizer.decode(stitcher._out)
+    text = stitcher.text
+    assert text is not None
+    return text

@@ -11,17 +11,32 @@
 # - Chunks encoded one by one may not share tokens where they were cut: a BPE tokenizer encodes
 #   "brown" at the start of a chunk and " brown" inside one as different ids. Then no overlap is
 #   found there and the chunk is charged in full: text is never merged wrongly, but the saving
-#   can be lost. Pass token ids (`Chunk(tokens=...)`) when the chunker made them.
+#   can be lost. Pass token ids (`Chunk(tokens=...)`) when the chunker made them. Text chunks
+#   given to a stitcher as text are stitched on their text instead (see `_text.py`).
+# - `load_tokenizer` names a tokenizer for the command line: an OpenAI encoding by name (from
+#   the `bpe-openai` package, which ships its vocabularies, else from `tiktoken`), or a Hugging
+#   Face `tokenizer.json`. Both packages are imported only there.
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 from ._errors import describe
 
-__all__ = ["HasIds", "Tokenizer", "WordTokenizer", "check_tokenizer", "encode_text"]
+__all__ = [
+    "HasIds",
+    "Tokenizer",
+    "WordTokenizer",
+    "check_tokenizer",
+    "count_tokens",
+    "encode_text",
+    "load_tokenizer",
+]
 
 _PIECE = re.compile(r"\w+|\s+|[^\w\s]")
 
@@ -105,3 +120,69 @@ def encode_text(tokenizer: Tokenizer, text: str) -> list[Any]:
             "expected a sequence of tokens or an object with .ids"
         )
     return list(encoded)
+
+
+def count_tokens(tokenizer: Tokenizer, text: str) -> int:
+    """How many tokens `tokenizer` makes of `text` (what a context costs)."""
+    return len(encode_text(tokenizer, text))
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    """A tokenizer from a name: `"word"`, an OpenAI encoding such as `"o200k_base"` or
+    `"cl100k_base"` (from `bpe-openai`, else `tiktoken`), or the path of a `tokenizer.json`.
+
+    Raises `ValueError` naming `spec` when it is none of these or the package is missing.
+    """
+    if spec == "word":
+        return WordTokenizer()
+    if spec.endswith(".json") or os.sep in spec or os.path.exists(spec):
+        try:
+            tokenizers = importlib.import_module("tokenizers")
+        except ImportError:
+            raise ValueError(
+                f"tokenizer {spec!r} is a tokenizer.json, which needs the 'tokenizers' package"
+            ) from None
+        try:
+            return cast(Tokenizer, tokenizers.Tokenizer.from_file(spec))
+        except Exception as error:
+            raise ValueError(f"tokenizer {spec!r}: cannot load it: {error}") from None
+    failures: list[str] = []
+    for package in ("bpe_openai", "tiktoken"):
+        # bpe-openai 0.1.4 reads its vocabularies with a deprecated importlib.resources call:
+        # its warning is no concern of the caller's.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                module = importlib.import_module(package)
+            except ImportError:
+                failures.append(f"{package} is not installed")
+                continue
+            try:
+                encoding = module.get_encoding(spec)
+            except Exception as error:
+                failures.append(f"{package}: {error}")
+                continue
+        return cast(Tokenizer, _Ordinary(encoding))
+    raise ValueError(
+        f"unknown tokenizer {spec!r}: not 'word', an encoding name such as 'o200k_base' or a "
+        f"path to a tokenizer.json ({'; '.join(failures)})"
+    )
+
+
+class _Ordinary:
+    """An OpenAI encoding that reads special-token text such as '<|endoftext|>' as plain text:
+    retrieved documents may contain it, and must not make `encode` raise."""
+
+    __slots__ = ("encoding",)
+
+    def __init__(self, encoding: Any) -> None:
+        self.encoding = encoding
+
+    def encode(self, text: str, /) -> list[int]:
+        return cast("list[int]", self.encoding.encode_ordinary(text))
+
+    def decode(self, tokens: list[Any], /) -> str:
+        return cast(str, self.encoding.decode(tokens))
+
+    def __repr__(self) -> str:
+        return f"<encoding {self.encoding.name!r}>"

@@ -111,7 +111,7 @@ async def test_text_source() -> None:
         for text in ("the quick brown fox", "brown fox jumps"):
             yield text
 
-    tokens: list[str] = await astitch(texts(), 100, tokenizer=WordTokenizer())
+    tokens: list[str] = await astitch(texts(), 100, tokenizer=WordTokenizer(), min_overlap_chars=5)
     assert "".join(tokens) == "the quick brown fox jumps"
 
 

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers, trainers
 
+from ragstitch import count_tokens, load_tokenizer
 from ragstitch._cli import main
 
 TEXT_LINES: list[dict[str, Any]] = [
@@ -43,7 +46,7 @@ def _run(
 
 def test_text_chunks_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
-    status, out, err = _run([str(path), "--budget", "31"], capsys)
+    status, out, err = _run([str(path), "--budget", "31", "--min-overlap-chars", "8"], capsys)
     assert status == 0
     assert out == (
         "Four score and seven years ago our fathers brought forth on this continent\n\n"
@@ -58,7 +61,8 @@ def test_text_chunks_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path / "chunks.jsonl", TEXT_LINES)
-    status, out, err = _run([str(path), "--budget", "31", "--json"], capsys)
+    argv = [str(path), "--budget", "31", "--json", "--min-overlap-chars", "8"]
+    status, out, err = _run(argv, capsys)
     assert status == 0
     assert err == ""
     report = json.loads(out)
@@ -73,7 +77,8 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     }
     second = report["records"][1]
     assert second["overlap"] == 7
-    assert second["span"] == [15, 25]
+    assert second["span"] is None  # text is located by characters
+    assert second["overlap_chars"] == len("years ago our fathers")
     start, end = second["chars"]
     assert report["text"][start:end] == TEXT_LINES[1]["text"]
     assert report["records"][2]["span"] is None
@@ -147,6 +152,12 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         (["--budget", "5", "--min-overlap", "0"], "argument --min-overlap: must be >= 1, got 0"),
         (["--budget", "5", "--on-overflow", "truncate"], "invalid choice: 'truncate'"),
         ([], "the following arguments are required: --budget"),
+        (
+            ["--budget", "5", "--tokenizer", "o999k"],
+            "argument --tokenizer: unknown tokenizer 'o999k'",
+        ),
+        (["--budget", "5", "--order", "rank"], "argument --order: invalid choice: 'rank'"),
+        (["--budget", "5", "--min-overlap-chars", "0"], "--min-overlap-chars: must be >= 1, got 0"),
     ],
 )
 def test_bad_usage(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,3 +177,56 @@ def test_python_dash_m(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(result.stdout)["tokens"] == ["a", "b", "c"]
+
+
+NOVEL = (Path(__file__).resolve().parents[2] / "benchmarks" / "_corpus.txt").read_text("utf-8")
+
+
+def test_tokenizer_and_document_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Windows of the novel given best first, with their offsets, as a splitter writes them.
+    lines: list[dict[str, Any]] = [
+        {"id": f"c{start}", "text": NOVEL[start : start + 400], "source": "pp", "start": start}
+        for start in (600, 300, 0, 5000)
+    ]
+    lines.append(  # LangChain's metadata names are read too
+        {"id": "lc", "text": NOVEL[5300:5700], "metadata": {"source": "pp", "start_index": 5300}}
+    )
+    path = _write(tmp_path / "chunks.jsonl", lines)
+    argv = [str(path), "--budget", "1000", "--tokenizer", "o200k_base", "--order", "document"]
+    status, out, err = _run([*argv, "--json"], capsys)
+    assert status == 0, err
+    report = json.loads(out)
+    assert report["text"] == NOVEL[0:1000] + "\n\n" + NOVEL[5000:5700]
+    assert report["used"] == count_tokens(load_tokenizer("o200k_base"), report["text"])
+    assert report["used"] <= 1000
+    assert [r["start"] for r in report["records"]] == [600, 300, 0, 5000, 5300]
+    for record, line in zip(report["records"], lines, strict=True):
+        start, end = record["chars"]
+        assert report["text"][start:end] == line["text"]
+    status, out, _ = _run(argv, capsys)
+    assert out == report["text"] + "\n"
+
+
+def test_tokenizer_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tokenizer = HFTokenizer(models.WordLevel(unk_token="?"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(
+        [NOVEL[:2000]], trainers.WordLevelTrainer(special_tokens=["?"], show_progress=False)
+    )
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    text = NOVEL[:200]
+    path = _write(tmp_path / "chunks.jsonl", [{"text": text}])
+    argv = [str(path), "--budget", "100", "--tokenizer", str(tmp_path / "tokenizer.json")]
+    status, out, err = _run([*argv, "--json"], capsys)
+    assert status == 0, err
+    assert json.loads(out)["used"] == len(tokenizer.encode(text).ids)
+
+
+def test_token_chunks_among_text_keep_their_place(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [{"id": "t", "tokens": ["Four", " ", "score"]}, {"id": "x", "text": "and seven"}]
+    stdin = "\n".join(json.dumps(line) for line in lines)
+    status, out, _ = _run(["--budget", "50", "--json"], capsys, stdin=stdin)
+    assert status == 0
+    report = json.loads(out)
+    assert report["text"] == "Four score\n\nand seven"
+    assert [r["id"] for r in report["records"]] == ["t", "x"]

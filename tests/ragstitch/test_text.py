@@ -78,11 +78,15 @@ def test_word_tokenizer_errors_name_the_value() -> None:
 
 
 def test_stitch_text_merges_word_windows_back_into_the_document() -> None:
-    chunks = word_windows(DOCUMENT, 12, 4)
+    chunks = word_windows(DOCUMENT, 14, 8)  # 8 words shared: at least 35 characters
     assert len(chunks) > 3
     assert stitch_text(chunks, 10_000) == DOCUMENT
     tokens = WordTokenizer().encode(DOCUMENT)
     assert stitch_text(chunks, len(tokens)) == DOCUMENT  # the overlap costs nothing
+    # Overlaps shorter than min_overlap_chars are not merged.
+    short = word_windows(DOCUMENT, 12, 4)
+    assert stitch_text(short, 10_000, min_overlap_chars=8) == DOCUMENT
+    assert stitch_text(short, 10_000, min_overlap_chars=1000) == "\n\n".join(short)
 
 
 def test_stitch_text_separates_chunks_that_do_not_overlap() -> None:
@@ -101,18 +105,26 @@ def test_text_chunk_records_and_text() -> None:
         "over the lazy dog",
     ]
     result: StitchResult[Any] = stitch_result(
-        chunks, 100, tokenizer=WordTokenizer(), separator="\n"
+        chunks, 100, tokenizer=WordTokenizer(), separator="\n", min_overlap_chars=5
     )
+    assert result.mode == "text"
     assert result.text == "the quick brown fox jumps\nover the lazy dog"
-    assert [(r.id, r.overlap, r.separator, r.cost) for r in result.records] == [
-        ("a", 0, 0, 7),
-        ("b", 3, 0, 2),
-        (None, 0, 1, 8),
+    assert [(r.id, r.overlap, r.separator, r.cost, r.overlap_chars) for r in result.records] == [
+        ("a", 0, 0, 7, 0),
+        ("b", 3, 0, 2, len("brown fox")),
+        (None, 0, 1, 8, 0),
     ]
     assert result.records[0].metadata == {"source": "fable"}
-    covers = result.records[1].covers
-    assert covers is not None
-    assert "".join(result.tokens[covers[0] : covers[1]]) == "brown fox jumps"
+    assert [r.chars for r in result.records] == [(0, 19), (10, 25), (26, 43)]
+    assert result.records[1].span is None
+    assert result.records[1].covers is None
+    assert [r.id for r in result.cite(12, 14)] == ["a", "b"]  # characters: "ro" of "brown"
+    assert [(s.text, s.chars, s.records) for s in result.segments] == [
+        ("the quick brown fox jumps", (0, 25), (0, 1)),
+        ("over the lazy dog", (26, 43), (2,)),
+    ]
+    assert result.tokens == tuple(WordTokenizer().encode(result.text))
+    assert result.used == result.charged == 17
 
 
 def test_tokens_win_over_text_and_min_overlap_guards_coincidences() -> None:
@@ -205,30 +217,43 @@ def test_token_ids_from_one_encoding_stitch_back_exactly(
 
 
 @pytest.mark.parametrize("which", ["hf_bpe", "tiktoken_bytes"])
-def test_text_chunks_are_never_merged_wrongly(which: str, request: pytest.FixtureRequest) -> None:
+def test_text_overlaps_are_found_on_the_text_whatever_the_ids(
+    which: str, request: pytest.FixtureRequest
+) -> None:
     # Encoded one by one, chunks may disagree at the cut (" the" inside, "the" at the start), so
     # an overlap can be missed; what is merged is always a true overlap of the token sequences.
     tokenizer: Any = request.getfixturevalue(which)
     chunks = word_windows(DOCUMENT, 9, 3)
-    result: StitchResult[Any] = stitch_result(chunks, 10_000, tokenizer=tokenizer, separator=" | ")
-    assert result.text is not None
-    for piece in result.text.split(" | "):
-        assert piece in DOCUMENT
+    result: StitchResult[Any] = stitch_result(
+        chunks, 10_000, tokenizer=tokenizer, separator=" | ", min_overlap_chars=4
+    )
+    assert result.text == DOCUMENT  # every overlap found on the text, whatever the ids
     for record, chunk in zip(result.records, chunks, strict=True):
-        covers = record.covers
-        assert covers is not None
-        assert tokenizer.decode(list(result.tokens[covers[0] : covers[1]])) == chunk
+        assert record.chars is not None
+        assert result.text[record.chars[0] : record.chars[1]] == chunk
+    encoded = tokenizer.encode(DOCUMENT)
+    assert result.used == len(getattr(encoded, "ids", encoded))
 
 
-def test_word_tokenizer_finds_the_overlap_a_bpe_misses(
+def test_the_overlap_a_bpe_splits_differently_is_found_on_the_text(
     hf_bpe: HFTokenizer, tiktoken_bytes: tiktoken.Encoding
 ) -> None:
-    # "the" starts the second chunk; inside the first it is " the": different BPE ids.
+    # "the" starts the second chunk; inside the first it is " the": different BPE ids. As
+    # token chunks the ids miss it; as text it is found.
     first, second = "of the people, by the people", "the people, for the people"
-    assert stitch_text([first, second], 100) == "of the people, by the people, for the people"
-    for tokenizer in (hf_bpe, tiktoken_bytes):
+    whole = "of the people, by the people, for the people"
+    assert stitch_text([first, second], 100, min_overlap_chars=8) == whole
+    tokenizers: list[Any] = [hf_bpe, tiktoken_bytes]
+    for tokenizer in tokenizers:
         result: StitchResult[Any] = stitch_result(
-            [first, second], 100, tokenizer=tokenizer, separator=" | "
+            [first, second], 100, tokenizer=tokenizer, separator=" | ", min_overlap_chars=8
         )
-        assert result.records[1].overlap == 0
-        assert result.text == first + " | " + second
+        assert result.text == whole
+        assert result.records[1].overlap_chars == len("the people")
+        ids = [
+            Chunk(list(getattr(tokenizer.encode(t), "ids", tokenizer.encode(t))))
+            for t in (first, second)
+        ]
+        as_ids: StitchResult[Any] = stitch_result(ids, 100, tokenizer=tokenizer, separator=" | ")
+        assert as_ids.records[1].overlap == 0
+        assert as_ids.text == first + " | " + second
