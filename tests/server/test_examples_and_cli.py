@@ -158,7 +158,11 @@ def test_serve_prints_its_url_and_a_hint_and_stops_on_ctrl_c() -> None:
         code, out, err = interrupt(process)
     assert code == 0, err
     assert hint.startswith(f"try: curl -N {url}/chat/completions ")
-    assert out == "streamstop: server stopped\n"
+    # The access log (one JSON line per request) goes to stdout, before the last word.
+    *access, last = out.splitlines()
+    assert last == "streamstop: server stopped"
+    (line,) = [json.loads(line) for line in access]
+    assert (line["route"], line["status"], line["method"]) == ("/v1/chat/completions", 200, "POST")
 
 
 def test_proxy_command(upstream_server: LiveServer) -> None:
