@@ -60,12 +60,27 @@ def raise_open_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+# The proxy as it was before the operations layer: StopMiddleware(ProxyApp), plain uvicorn.
+BARE_PROXY = """
+import socket, sys, uvicorn
+from streamstop.server import ProxyApp, StopMiddleware
+sock = socket.create_server(("127.0.0.1", 0), backlog=2048)
+print(f"bare proxy at http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True)
+config = uvicorn.Config(
+    StopMiddleware(ProxyApp(sys.argv[1])), log_level="error", access_log=False, lifespan="on",
+    ws="none",
+)
+uvicorn.Server(config).run(sockets=[sock])
+"""
+
+
 class Server:
     """A ``streamstop`` server process; its stdout (the access log) is drained and counted."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, argv: list[str] | None = None) -> None:
+        command = [sys.executable, "-m", "streamstop", *args, "--port", "0", "--log-level", "error"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streamstop", *args, "--port", "0", "--log-level", "error"],
+            argv or command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -119,7 +134,7 @@ class Server:
 
 @dataclass
 class Round:
-    path: str  # "direct" or "proxy"
+    path: str  # "direct", "bare proxy" or "proxy"
     streams: int
     errors: int = 0
     wrong: int = 0
@@ -248,19 +263,23 @@ def chat(**more: Any) -> dict[str, Any]:
     return {"model": "echo", "messages": [{"role": "user", "content": "hi STOP x"}], **more}
 
 
-def raw_exchange(server: Server, data: bytes, wait: float = 30.0) -> str:
-    """Send raw bytes; the status line of the answer (or 'closed')."""
+def raw_exchange(server: Server, data: bytes, wait: float = 30.0) -> tuple[str, str | None]:
+    """Send raw bytes; the status of the answer (or 'closed') and its error code."""
     with socket.create_connection((server.host, server.port), timeout=wait) as sock:
         sock.sendall(data)
         answer = b""
         try:
             while piece := sock.recv(65536):
                 answer += piece
-                if b"\r\n" in answer:
-                    break
         except OSError:
             pass
-    return answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "closed"
+    if not answer.startswith(b"HTTP/"):
+        return "closed", None
+    try:
+        code = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    return answer.split(b" ", 2)[1].decode(), code
 
 
 def hostile(proxy: Server) -> list[dict[str, Any]]:
@@ -345,7 +364,7 @@ def hostile(proxy: Server) -> list[dict[str, Any]]:
                     "seconds": round(time.perf_counter() - start, 3),
                 }
             )
-    auth = b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+    auth = b"Authorization: Bearer " + KEY.encode() + b"\r\nConnection: close\r\n"
     raw_cases = [
         # Raw: httpx would clean these paths before sending them.
         ("path /v1/%2e%2e/admin", b"GET /v1/%2e%2e/admin HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"),
@@ -363,12 +382,12 @@ def hostile(proxy: Server) -> list[dict[str, Any]]:
     ]
     for name, data in raw_cases:
         start = time.perf_counter()
-        status = raw_exchange(proxy, data)
+        status, code = raw_exchange(proxy, data)
         rows.append(
             {
                 "input": name,
                 "status": status,
-                "code": None,
+                "code": code,
                 "seconds": round(time.perf_counter() - start, 3),
             }
         )
@@ -435,7 +454,9 @@ def markdown(report: dict[str, Any]) -> str:
         "Chat streams of 24 to 46 pieces, five stops each, each cut at its own place; "
         "*wrong* counts texts that differ from `streamstop.truncate` (a leak or a loss). "
         "Direct: to the upstream, whose own stop middleware cuts; proxy: through "
-        "`streamstop proxy` (client key checked, stops cut there). Times in ms.",
+        "`streamstop proxy` (client key checked, stops cut there); bare proxy: "
+        "`StopMiddleware(ProxyApp(...))` on plain uvicorn, the proxy without its operations "
+        "layer. Times in ms.",
         "",
         "| streams | path | errors | wrong | TTFB p50 | TTFB p99 | total p50 | total p99 | "
         "wall s |",
@@ -449,16 +470,19 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Added by the proxy (proxy minus direct, same run), ms:",
+        "Added by the proxy (proxy minus direct), and by the operations layer alone (proxy "
+        "minus bare proxy: probes, metrics, access log, client key, deadlines), same run, ms:",
         "",
-        "| streams | TTFB p50 | TTFB p99 | total p50 | total p99 |",
-        "|---:|---:|---:|---:|---:|",
+        "| streams | added by | TTFB p50 | TTFB p99 | total p50 | total p99 |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
     for added in report["added"]:
-        lines.append(
-            f"| {added['streams']:,} | {ms(added['ttfb_p50'])} | {ms(added['ttfb_p99'])} | "
-            f"{ms(added['total_p50'])} | {ms(added['total_p99'])} |"
-        )
+        for what, label in (("proxy", "the proxy"), ("layer", "the operations layer")):
+            row = added[what]
+            lines.append(
+                f"| {added['streams']:,} | {label} | {ms(row['ttfb_p50'])} | "
+                f"{ms(row['ttfb_p99'])} | {ms(row['total_p50'])} | {ms(row['total_p99'])} |"
+            )
     flood_row = report["flood"]
     lines += [
         "",
@@ -486,8 +510,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Peak memory",
         "",
-        f"Peak resident memory (VmHWM) over the whole run: proxy {memory['proxy']} MB, "
-        f"upstream {memory['upstream']} MB.",
+        f"Peak resident memory (VmHWM) over the whole run: proxy {memory['proxy']} MB "
+        f"(it also took the flood), bare proxy {memory['bare proxy']} MB, upstream "
+        f"{memory['upstream']} MB.",
         "",
         f"The servers logged {report['log_lines']} access lines; their standard error had "
         f"{report['stderr_lines']} lines (repeated errors are logged once per 10 s with a "
@@ -512,13 +537,15 @@ async def measure(quick: bool) -> dict[str, Any]:
         "--body-timeout",
         str(BODY_TIMEOUT),
     )
+    bare = Server(argv=[sys.executable, "-c", BARE_PROXY, upstream.url])
+    paths = (("direct", upstream.url), ("bare proxy", bare.url), ("proxy", proxy.url))
     try:
-        # Warm up both paths (imports, the proxy's upstream client) before measuring.
-        await run_round(upstream.url, "direct", 2)
-        await run_round(proxy.url, "proxy", 2)
+        # Warm up every path (imports, the proxy's upstream client) before measuring.
+        for path, url in paths:
+            await run_round(url, path, 2)
         rounds: list[Round] = []
         for streams in counts:
-            for path, url in (("direct", upstream.url), ("proxy", proxy.url)):
+            for path, url in paths:
                 result = await run_round(url, path, streams)
                 print(
                     f"{streams:>5} streams {path:>6}: {result.errors} errors, {result.wrong} "
@@ -531,9 +558,14 @@ async def measure(quick: bool) -> dict[str, Any]:
         hostile_rows = hostile(proxy)
         for row in hostile_rows:
             print(f"hostile: {row}", flush=True)
-        memory = {"proxy": proxy.peak_rss_mb(), "upstream": upstream.peak_rss_mb()}
+        memory = {
+            "proxy": proxy.peak_rss_mb(),
+            "upstream": upstream.peak_rss_mb(),
+            "bare proxy": bare.peak_rss_mb(),
+        }
     finally:
         proxy.stop()
+        bare.stop()
         upstream.stop()
     streams_rows = []
     for result in rounds:
@@ -549,14 +581,15 @@ async def measure(quick: bool) -> dict[str, Any]:
             row[f"{name}_p99"] = percentile(values, 0.99)
         streams_rows.append(row)
     added = []
-    for direct, proxied in zip(streams_rows[::2], streams_rows[1::2], strict=True):
+    keys = ("ttfb_p50", "ttfb_p99", "total_p50", "total_p99")
+    for direct, bare_row, proxied in zip(
+        streams_rows[::3], streams_rows[1::3], streams_rows[2::3], strict=True
+    ):
         added.append(
             {
                 "streams": direct["streams"],
-                **{
-                    key: proxied[key] - direct[key]
-                    for key in ("ttfb_p50", "ttfb_p99", "total_p50", "total_p99")
-                },
+                "proxy": {key: proxied[key] - direct[key] for key in keys},
+                "layer": {key: proxied[key] - bare_row[key] for key in keys},
             }
         )
     return {

@@ -7,7 +7,10 @@ across pieces differently for each). The model knows nothing of stops: put it be
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/echo``, ``POST /v1/chat/completions`` and
 ``POST /v1/completions`` (``n``, ``stream``, ``stream_options.include_usage``, ``max_tokens``).
-Errors are OpenAI-shaped, with status 400, 404 or 405.
+Errors are OpenAI-shaped, with status 400, 404, 405 or 413. What one request may ask is bounded,
+each bound a 400 naming the field and the value: ``n`` and the prompts up to 128 each, and 128
+choices in all (``n`` x prompts); 2 MiB of echoed characters in all (``n`` x the prompts'
+length); ``max_tokens`` up to the pieces such an echo can have.
 """
 
 from __future__ import annotations

@@ -464,3 +464,20 @@ def test_dockerfile() -> None:
     assert ".[server,metrics]" in dockerfile
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     assert {".venv", ".git"} <= set(ignored)
+
+
+def test_the_deployment_section_names_real_flags_and_variables() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[
+        readme.index("<!-- deployment:begin -->") : readme.index("<!-- deployment:end -->")
+    ]
+    parsers = [build_parser().parse_args([command]).parser for command in ("serve", "proxy")]
+    actions = [action for parser in parsers for action in parser._actions]
+    flags = {option for action in actions for option in action.option_strings}
+    variables = {env_name(action) for action in actions if action.option_strings}
+    named_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", section))
+    named_variables = set(re.findall(r"STREAMSTOP_[A-Z_]+", section))
+    assert len(named_flags) >= 10
+    assert named_flags <= flags
+    assert named_variables <= variables
+    assert {"/health", "/ready", "/metrics"} <= set(re.findall(r"/[a-z]+", section))
