@@ -233,6 +233,9 @@ class _Unset:
     def __init__(self, default: Any) -> None:
         self.default = default
 
+    def __str__(self) -> str:  # what a "%(default)s" in a help text shows
+        return str(self.default)
+
 
 def _with_environment(parser: argparse.ArgumentParser) -> None:
     """Name each flag's variable in its help, and mark what the command line leaves unset."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -179,3 +182,51 @@ def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(
     assert response.startswith(b"HTTP/1.1 200 OK\r\n")
     assert response.endswith(b'{"status":"ok"}')
     assert json.loads(response.partition(b"\r\n\r\n")[2]) == {"status": "ok"}
+
+
+def run_python(script: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_one() -> None:
+    out = run_python(
+        """
+        import resource
+        from streamstop.server._commands import _raise_open_file_limit
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        raised = _raise_open_file_limit()
+        now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        print(now == hard, raised == (None if hard == resource.RLIM_INFINITY else hard))
+        """
+    )
+    assert out == "True True\n"
+
+
+def test_a_flood_of_uvicorn_warnings_is_logged_once_with_a_count() -> None:
+    # In a process of its own: the filters are global, like the loggers they are put on.
+    out = run_python(
+        """
+        import logging, sys
+        from streamstop.server._logging import install_logging
+
+        install_logging(access_log=False)
+        install_logging(access_log=False)  # twice, as a worker may: still one filter each
+        for name in ("uvicorn.error", "asyncio", "streamstop"):
+            assert len(logging.getLogger(name).filters) == 1, name
+        log = logging.getLogger("uvicorn.error")
+        log.addHandler(logging.StreamHandler(sys.stdout))
+        for _ in range(10_000):
+            log.warning("Exceeded concurrency limit.")
+        log.error("Exception in ASGI application")
+        """
+    )
+    assert out == "Exceeded concurrency limit.\nException in ASGI application\n"
