@@ -7,7 +7,10 @@ across pieces differently for each). The model knows nothing of stops: put it be
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/echo``, ``POST /v1/chat/completions`` and
 ``POST /v1/completions`` (``n``, ``stream``, ``stream_options.include_usage``, ``max_tokens``).
-Errors are OpenAI-shaped, with status 400, 404 or 405.
+Errors are OpenAI-shaped, with status 400, 404, 405 or 413. What one request may ask is bounded,
+each bound a 400 naming the field and the value: ``n`` and the prompts up to 128 each, and 128
+choices in all (``n`` x prompts); 2 MiB of echoed characters in all (``n`` x the prompts'
+length); ``max_tokens`` up to the pieces such an echo can have.
 """
 
 from __future__ import annotations
@@ -36,8 +39,20 @@ from ._asgi import (
 __all__ = ["EchoModel", "echo_pieces"]
 
 _PIECE_SIZES = (3, 2, 4, 5, 3, 2, 4)
+# What one request may ask of the echo model. Its work is n x the prompts' length: unbounded,
+# 128 copies of 1,000 prompts of a 8 MiB body stalled the server for 45 s and took 5.6 GB.
 _MAX_BODY = 8 * 1024 * 1024
+# OpenAI's own bound on n; the same for prompts in one legacy completion, and for choices in one
+# response (n x prompts), since each choice is a stream of its own.
 _MAX_N = 128
+_MAX_PROMPTS = 128
+_MAX_CHOICES = 128
+# Characters echoed in all choices together (n x the prompts' length): 2 MiB is 600,000 pieces,
+# tens of MB and about a second of work at most; the body alone allows 8 MiB.
+_MAX_ECHO_CHARS = 2 * 1024 * 1024
+# The most pieces an echo within _MAX_ECHO_CHARS can have (2 characters each, at the least):
+# a larger max_tokens asks for what no response here can hold.
+_MAX_TOKENS = _MAX_ECHO_CHARS // 2
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -261,6 +276,21 @@ class EchoModel:
                 f"Invalid 'n': expected an integer from 1 to {_MAX_N}, got {_describe(n)}.",
                 param="n",
             )
+        if n * len(prompts) > _MAX_CHOICES:
+            raise _InvalidRequest(
+                400,
+                f"Invalid 'n': {n} choices for each of {len(prompts)} prompts make "
+                f"{n * len(prompts)} choices, more than the {_MAX_CHOICES} of one response.",
+                param="n",
+            )
+        echoed = n * sum(len(prompt) for prompt in prompts)
+        if echoed > _MAX_ECHO_CHARS:
+            raise _InvalidRequest(
+                400,
+                f"Invalid 'n': {n} x {echoed // n} characters of prompt make an echo of "
+                f"{echoed} characters, more than the {_MAX_ECHO_CHARS} of one response.",
+                param="n",
+            )
         stream = request.get("stream")
         if stream not in (None, True, False):
             raise _InvalidRequest(
@@ -270,11 +300,14 @@ class EchoModel:
             )
         max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
         if max_tokens is not None and (
-            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+            not isinstance(max_tokens, int)
+            or isinstance(max_tokens, bool)
+            or not 1 <= max_tokens <= _MAX_TOKENS
         ):
             raise _InvalidRequest(
                 400,
-                f"Invalid 'max_tokens': expected a positive integer, got {_describe(max_tokens)}.",
+                f"Invalid 'max_tokens': expected an integer from 1 to {_MAX_TOKENS}, got "
+                f"{_describe(max_tokens)}.",
                 param="max_tokens",
             )
         options = request.get("stream_options")
@@ -299,6 +332,13 @@ class EchoModel:
         if isinstance(prompt, str):
             return (prompt,)
         if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            if len(prompt) > _MAX_PROMPTS:
+                raise _InvalidRequest(
+                    400,
+                    f"Invalid 'prompt': at most {_MAX_PROMPTS} prompts in one request, got "
+                    f"{len(prompt)}.",
+                    param="prompt",
+                )
             return tuple(prompt)
         raise _InvalidRequest(
             400,

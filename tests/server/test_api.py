@@ -14,6 +14,8 @@ from streamstop.server import EchoModel, ProxyApp, StopMiddleware
 from ..public_api import public_definitions
 
 PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
+# The operations layer: probes and metrics, client keys, deadlines, logging, the worker factory.
+PRIVATE_MODULES += ["_app", "_auth", "_deadline", "_logging", "_observe", "_protocol"]
 
 
 def test_package_exports() -> None:

@@ -1,0 +1,141 @@
+"""GuardedH11Protocol: uvicorn's h11 protocol with a request-head timeout and an OpenAI-shaped
+503 at the connection limit.
+
+uvicorn bounds a request head's size (``h11_max_incomplete_event_size``) and the idle time
+between requests (``timeout_keep_alive``), but not the time a head may take: a client that
+sends half a request line and waits holds its connection, and its file descriptor, forever.
+Rules added here:
+
+- From a connection's start, and from the end of each response, the client has
+  ``ServerConfig.head_timeout`` seconds to complete a request head. If it has not, a ``408``
+  (OpenAI error shape, ``Connection: close``) is written when some of a head arrived, and the
+  connection is closed either way. Once a head is complete the timer is off: the body has its
+  own deadline (:class:`~streamstop.server._deadline.BodyDeadline`), the response none.
+- ``ServerConfig.connection_limit`` caps open connections and requests in progress, as
+  uvicorn's ``limit_concurrency`` does, but the ``503`` beyond it is in the OpenAI error shape,
+  with ``Retry-After`` and ``Connection: close``.
+
+uvicorn imports this module by name (``ServerConfig(http=PROTOCOL)``), in every worker process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ._asgi import Receive, Scope, Send, error_payload, send_error
+
+__all__ = ["PROTOCOL", "GuardedH11Protocol", "ServerConfig"]
+
+PROTOCOL = "streamstop.server._protocol:GuardedH11Protocol"
+
+
+class ServerConfig(uvicorn.Config):
+    """uvicorn's config, plus the bounds :class:`GuardedH11Protocol` reads.
+
+    ``head_timeout``: seconds for a request head (``None``: no limit). ``connection_limit``:
+    open connections and requests in progress (``None``: no limit). Pass ``http=PROTOCOL``.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        head_timeout: float | None = None,
+        connection_limit: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self.head_timeout = head_timeout
+        self.connection_limit = connection_limit
+
+
+def _timeout_response() -> bytes:
+    body = json.dumps(
+        error_payload(
+            "The request head did not arrive in time.",
+            code="request_timeout",
+        ),
+        separators=(",", ":"),
+    ).encode()
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+_TIMEOUT_RESPONSE = _timeout_response()
+
+
+class GuardedH11Protocol(H11Protocol):
+    """See the module's rules. Configured through :class:`ServerConfig`."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._head_timeout: float | None = getattr(config, "head_timeout", None)
+        self._connection_limit: int | None = getattr(config, "connection_limit", None)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._busy_app = _busy(self._connection_limit)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        limit = self._connection_limit
+        over = limit is not None and (len(self.connections) > limit or len(self.tasks) >= limit)
+        self.app = self._busy_app if over else self.config.loaded_app
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:
+            self._disarm()  # a head arrived: its request runs
+            if over:
+                self.logger.warning("Exceeded concurrency limit.")
+
+    def on_response_complete(self) -> None:
+        # Armed first: a pipelined request handled by the call below disarms it again.
+        if not self.transport.is_closing():
+            self._arm()
+        super().on_response_complete()
+
+    def _arm(self) -> None:
+        self._disarm()
+        if self._head_timeout is not None:
+            self._head_timer = self.loop.call_later(self._head_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        partial, _ = self.conn.trailing_data
+        if partial:
+            self.transport.write(_TIMEOUT_RESPONSE)
+        self.transport.close()
+
+
+def _busy(limit: int | None) -> Any:
+    async def busy(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_error(
+            send,
+            503,
+            f"The server is at its limit of {limit} concurrent connections and requests: "
+            f"try again shortly.",
+            type="server_error",
+            code="server_busy",
+            headers=[(b"retry-after", b"1"), (b"connection", b"close")],
+        )
+
+    return busy

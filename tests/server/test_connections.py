@@ -1,0 +1,232 @@
+"""Connection bounds on a real uvicorn with the guarded protocol: the request-head timeout, the
+OpenAI-shaped 503 at the connection limit, a flood of half-open connections, the head size and
+the keep-alive timeout. Raw sockets, so that a test can send half a request."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from streamstop._cli import build_parser
+from streamstop.server._commands import build_app, settings_of
+from streamstop.server._protocol import PROTOCOL, ServerConfig
+
+from .conftest import _Server
+
+HALF_A_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Typ"
+REQUEST_TIMEOUT = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b'content-length: 133\r\n\r\n{"error":{"message":"The request head did not arrive in time.",'
+    b'"type":"invalid_request_error","param":null,"code":"request_timeout"}}'
+)
+
+
+def serve_settings(*flags: str) -> dict[str, Any]:
+    args = build_parser().parse_args(["serve", *flags])
+    return {**settings_of(args.parser, args, {}), "upstream": None}
+
+
+class GuardedServer:
+    """What ``streamstop serve`` runs, with its protocol and bounds, in a thread."""
+
+    def __init__(self, **bounds: Any) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.address = self.sock.getsockname()[:2]
+        self.base_url = "http://{}:{}".format(*self.address)
+        config = ServerConfig(
+            build_app(serve_settings("--delay", "0")),
+            http=PROTOCOL,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            timeout_graceful_shutdown=2,
+            **bounds,
+        )
+        self.server = _Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+        if not self.server.ready.wait(10):
+            raise RuntimeError("uvicorn did not start within 10 s")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        self.sock.close()
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(self.address, timeout=10)
+
+
+@pytest.fixture
+def guarded(request: pytest.FixtureRequest) -> Iterator[GuardedServer]:
+    server = GuardedServer(**request.param)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    return data
+
+
+def chat(client: httpx.Client, text: str) -> str:
+    request = {"model": "echo", "stop": ["STOP"], "messages": [{"role": "user", "content": text}]}
+    response = client.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize("guarded", [{"head_timeout": 0.2}], indirect=True)
+def test_half_a_head_gets_a_408_and_the_connection_closed(guarded: GuardedServer) -> None:
+    with guarded.connect() as sock:
+        sock.sendall(HALF_A_REQUEST)
+        assert read_to_end(sock) == REQUEST_TIMEOUT
+    with guarded.connect() as silent:
+        assert read_to_end(silent) == b""  # nothing sent, nothing answered: just closed
+
+
+@pytest.mark.parametrize("guarded", [{"head_timeout": 0.3}], indirect=True)
+def test_the_head_timeout_spares_requests_and_applies_again_after_a_response(
+    guarded: GuardedServer,
+) -> None:
+    with guarded.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = b""
+        while not response.endswith(b'{"status":"ok"}'):
+            response += sock.recv(65536)
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n")
+        sock.sendall(HALF_A_REQUEST)  # the next request on the connection stalls halfway
+        assert read_to_end(sock) == REQUEST_TIMEOUT
+
+
+@pytest.mark.parametrize("guarded", [{"head_timeout": 1.5}], indirect=True)
+def test_a_flood_of_half_open_connections_leaves_requests_served(guarded: GuardedServer) -> None:
+    flood = [guarded.connect() for _ in range(50)]
+    try:
+        for sock in flood:
+            sock.sendall(HALF_A_REQUEST)
+        with httpx.Client(base_url=guarded.base_url, timeout=10) as client:
+            texts = [chat(client, f"request {i} STOP gone") for i in range(20)]
+        assert texts == [f"request {i} " for i in range(20)]
+        # And the flood is shed by the head timeout: every socket is answered and closed.
+        assert [read_to_end(sock) for sock in flood] == [REQUEST_TIMEOUT] * 50
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+@pytest.mark.parametrize("guarded", [{"connection_limit": 5, "head_timeout": 0.5}], indirect=True)
+def test_past_the_connection_limit_an_openai_shaped_503(guarded: GuardedServer) -> None:
+    held = [guarded.connect() for _ in range(5)]
+    try:
+        for sock in held:
+            sock.sendall(HALF_A_REQUEST)
+        with httpx.Client(base_url=guarded.base_url, timeout=10) as client:
+            busy = client.get("/v1/models")
+        assert busy.status_code == 503
+        assert busy.headers["retry-after"] == "1"
+        assert busy.headers["connection"] == "close"
+        assert busy.json() == {
+            "error": {
+                "message": "The server is at its limit of 5 concurrent connections and "
+                "requests: try again shortly.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_busy",
+            }
+        }
+        # The held connections time out; then there is room again.
+        assert [read_to_end(sock) for sock in held] == [REQUEST_TIMEOUT] * 5
+        with httpx.Client(base_url=guarded.base_url, timeout=10) as client:
+            assert chat(client, "room again STOP") == "room again "
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
+def test_a_head_over_its_size_is_refused(guarded: GuardedServer) -> None:
+    # h11 bounds what it buffers of an incomplete head.
+    with httpx.Client(base_url=guarded.base_url, timeout=10) as client:
+        assert client.get("/health", headers={"x-big": "x" * 900}).status_code == 200
+    with guarded.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: " + b"x" * 4096)
+        refused = read_to_end(sock)
+    assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+@pytest.mark.parametrize("guarded", [{"timeout_keep_alive": 0.2}], indirect=True)
+def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(
+    guarded: GuardedServer,
+) -> None:
+    with guarded.connect() as sock:
+        sock.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = read_to_end(sock)  # the response, then the close: the client waits idle
+    assert response.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert response.endswith(b'{"status":"ok"}')
+    assert json.loads(response.partition(b"\r\n\r\n")[2]) == {"status": "ok"}
+
+
+def run_python(script: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_one() -> None:
+    out = run_python(
+        """
+        import resource
+        from streamstop.server._commands import _raise_open_file_limit
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        raised = _raise_open_file_limit()
+        now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        print(now == hard, raised == (None if hard == resource.RLIM_INFINITY else hard))
+        """
+    )
+    assert out == "True True\n"
+
+
+def test_a_flood_of_uvicorn_warnings_is_logged_once_with_a_count() -> None:
+    # In a process of its own: the filters are global, like the loggers they are put on.
+    out = run_python(
+        """
+        import logging, sys
+        from streamstop.server._logging import install_logging
+
+        install_logging(access_log=False)
+        install_logging(access_log=False)  # twice, as a worker may: still one filter each
+        for name in ("uvicorn.error", "asyncio", "streamstop"):
+            assert len(logging.getLogger(name).filters) == 1, name
+        log = logging.getLogger("uvicorn.error")
+        log.addHandler(logging.StreamHandler(sys.stdout))
+        for _ in range(10_000):
+            log.warning("Exceeded concurrency limit.")
+        log.error("Exception in ASGI application")
+        """
+    )
+    assert out == "Exceeded concurrency limit.\nException in ASGI application\n"
