@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 
-__all__ = ["ChunkFilter", "ChunkT", "check_n", "truncate_response"]
+__all__ = ["ChunkFilter", "ChunkT", "check_n", "cut_response", "truncate_response"]
 
 ChunkT = TypeVar("ChunkT")
 
@@ -286,10 +286,22 @@ def truncate_response(
     >>> truncate_response({"choices": [{"index": 0, "text": "Hi</s>junk"}]}, "</s>")
     {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop'}]}
     """
+    return cut_response(response, stops, include_stop=include_stop)[0]
+
+
+def cut_response(
+    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order.
+
+    >>> cut_response({"choices": [{"index": 0, "text": "a.b"}, {"text": "c"}]}, ".")[1]
+    ['.']
+    """
     automaton = StopAutomaton.from_stops(stops)
     choices = response.get("choices")
     if not isinstance(choices, list):
-        return dict(response)
+        return dict(response), []
+    fired: list[str] = []
     new_choices: list[Any] = []
     for choice in choices:
         if not isinstance(choice, Mapping):
@@ -299,10 +311,11 @@ def truncate_response(
         text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
         match = automaton.find(text) if isinstance(text, str) else None
         if match is not None:
+            fired.append(match.stop)
             cut = str(text)[: match.end if include_stop else match.start]
             if isinstance(message, Mapping):
                 choice = {**choice, "message": {**message, "content": cut}, "finish_reason": "stop"}
             else:
                 choice = {**choice, "text": cut, "finish_reason": "stop"}
         new_choices.append(choice)
-    return {**response, "choices": new_choices}
+    return {**response, "choices": new_choices}, fired

@@ -1,0 +1,248 @@
+"""Reading an OpenAI request body safely: the one request-error type and the field checks.
+
+Rules of this module (everything about what a client may send lives here; no I/O):
+
+- A body is parsed only after a cheap pre-scan: ``json.loads`` turns ``[{},{},...]`` into about
+  20 times its size in objects, so a body with more containers than one per
+  ``_BYTES_PER_CONTAINER`` bytes (beyond a small allowance) is refused before it is parsed; the
+  nesting depth is bounded by ``RequestLimits.max_json_depth`` (and a body too deep for the
+  parser itself is refused, never a ``RecursionError``).
+- Every refusal is an :class:`InvalidRequest` carrying the status (400, 413) and the field it is
+  about (``param``), answered in the OpenAI error shape; the message names the value or the limit.
+- Only the fields this package reads are checked: ``stop``, ``n``, ``stream``,
+  ``stream_options``, ``prompt`` and ``messages`` (their type, not their content).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._asgi import Send, send_error
+from ._limits import RequestLimits
+
+__all__ = [
+    "InvalidRequest",
+    "describe",
+    "include_usage",
+    "parse_body",
+    "parse_n",
+    "parse_stops",
+    "send_invalid",
+    "wants_stream",
+]
+
+# An empty container costs about 56-64 bytes once parsed, and a list slot 8 more: at one
+# container per 16 bytes of body the parse stays under about 5 times the body's size.
+_BYTES_PER_CONTAINER = 16
+_FREE_CONTAINERS = 4096
+
+
+class InvalidRequest(Exception):
+    """A request the server refuses: ``status`` and an OpenAI-shaped error (``message``,
+    ``param``, ``code``); ``allow`` is the ``Allow`` header of a 405."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        allow: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.allow = allow
+
+
+async def send_invalid(send: Send, error: InvalidRequest) -> None:
+    """Answer ``error`` in the OpenAI error shape."""
+    headers = [(b"allow", error.allow.encode())] if error.allow else []
+    await send_error(
+        send, error.status, error.message, param=error.param, code=error.code, headers=headers
+    )
+
+
+def describe(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: for error messages quoting a client's value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _depth(value: object, limit: int) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def parse_body(body: bytes, limits: RequestLimits) -> dict[str, Any]:
+    """The request body as a JSON object, or :class:`InvalidRequest` (400) saying why not."""
+    containers = body.count(b"{") + body.count(b"[")
+    if containers > _FREE_CONTAINERS + len(body) // _BYTES_PER_CONTAINER:
+        raise InvalidRequest(
+            400,
+            f"The JSON body of your request has too many objects and arrays for its size "
+            f"({containers} in {len(body)} bytes; at most one per {_BYTES_PER_CONTAINER} bytes "
+            f"beyond {_FREE_CONTAINERS}).",
+            code="json_too_complex",
+        )
+    try:
+        request = json.loads(body)
+    except RecursionError:
+        request = None
+        too_deep = True
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest(
+            400,
+            "We could not parse the JSON body of your request. The body must be a JSON "
+            "object, sent with 'Content-Type: application/json'.",
+        ) from None
+    else:
+        too_deep = containers > limits.max_json_depth and _depth(request, limits.max_json_depth)
+    if too_deep:
+        raise InvalidRequest(
+            400,
+            f"The JSON body of your request is nested deeper than max_json_depth="
+            f"{limits.max_json_depth}.",
+            code="json_too_deep",
+        )
+    if not isinstance(request, dict):
+        raise InvalidRequest(
+            400, f"The JSON body of your request must be an object, got {describe(request)}."
+        )
+    _check_fields(request)
+    return request
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ...]:
+    """The request's non-empty stop strings, within ``limits``; else :class:`InvalidRequest`."""
+    stop = request.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stops: tuple[str, ...] = (stop,) if stop else ()
+    elif isinstance(stop, list) and all(isinstance(item, str) for item in stop):
+        stops = tuple(item for item in stop if item)
+    else:
+        raise InvalidRequest(
+            400,
+            f"Invalid type for 'stop': expected a string or an array of strings, got "
+            f"{describe(stop)}.",
+            param="stop",
+        )
+    if len(stops) > limits.max_stops:
+        raise _over("max_stops", limits.max_stops, f"{len(stops)} stop strings")
+    total = 0
+    for item in stops:
+        if len(item) > limits.max_stop_length:
+            raise _over(
+                "max_stop_length",
+                limits.max_stop_length,
+                f"a stop string of {len(item)} characters ({describe(item, 40)})",
+            )
+        total += len(item)
+    if total > limits.max_stop_chars:
+        raise _over("max_stop_chars", limits.max_stop_chars, f"{total} characters of stops")
+    if any(_has_lone_surrogate(item) for item in stops):
+        raise InvalidRequest(
+            400, "Invalid 'stop': a stop string holds a lone surrogate (not text).", param="stop"
+        )
+    return stops
+
+
+def _over(limit: str, value: int, what: str) -> InvalidRequest:
+    return InvalidRequest(
+        400,
+        f"Too many stops: {what}, over the limit {limit}={value}.",
+        param="stop",
+        code=f"{limit}_exceeded",
+    )
+
+
+def parse_n(request: dict[str, Any], maximum: int | None = None) -> int:
+    """The request's ``n`` (1 if absent or null): a positive int, at most ``maximum``."""
+    n = request.get("n")
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or (maximum and n > maximum):
+        bound = f"from 1 to {maximum}" if maximum else "of at least 1"
+        raise InvalidRequest(
+            400, f"Invalid 'n': expected an integer {bound}, got {describe(n)}.", param="n"
+        )
+    return n
+
+
+def wants_stream(request: dict[str, Any]) -> bool:
+    return request.get("stream") is True
+
+
+def include_usage(request: dict[str, Any]) -> bool:
+    options = request.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _wrong_type(name: str, expected: str, value: object) -> InvalidRequest:
+    return InvalidRequest(
+        400, f"Invalid type for '{name}': expected {expected}, got {describe(value)}.", param=name
+    )
+
+
+def _is_tokens(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(item, int) and not isinstance(item, bool) for item in value
+    )
+
+
+def _check_fields(request: dict[str, Any]) -> None:
+    parse_n(request)
+    stream = request.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _wrong_type("stream", "a boolean", stream)
+    options = request.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise _wrong_type("stream_options", "an object", options)
+        usage = options.get("include_usage")
+        if usage is not None and not isinstance(usage, bool):
+            raise _wrong_type("stream_options.include_usage", "a boolean", usage)
+    if "prompt" in request:
+        prompt = request["prompt"]
+        if not (
+            prompt is None
+            or isinstance(prompt, str)
+            or _is_tokens(prompt)
+            or (
+                isinstance(prompt, list)
+                and all(isinstance(item, str) or _is_tokens(item) for item in prompt)
+            )
+        ):
+            raise _wrong_type(
+                "prompt",
+                "a string, an array of strings, or an array of tokens (or of arrays of tokens)",
+                prompt,
+            )
+    if "messages" in request and not isinstance(request["messages"], list):
+        raise _wrong_type("messages", "an array", request["messages"])
