@@ -13,7 +13,16 @@ from streamstop.server import EchoModel, ProxyApp, StopMiddleware
 
 from ..public_api import public_definitions
 
-PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
+PRIVATE_MODULES = [
+    "_asgi",
+    "_commands",
+    "_echo",
+    "_limits",
+    "_middleware",
+    "_proxy",
+    "_record",
+    "_request",
+]
 
 
 def test_package_exports() -> None:
