@@ -413,18 +413,26 @@ class _Exchange:
         start, self._start = self._start, None
         body = b"".join(self._json_parts)
         self._json_parts = []
-        try:
-            response = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            response = None
-        if isinstance(response, dict):
-            cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)
-            if fired:
-                body = _encode_json(cut, compact=True)
-                if self._record is not None:
-                    self._record.stop_fired = fired[0]
-                    self._record.choices_cut = len(fired)
+        if len(body) > _PARSE_IN_THREAD_BYTES:
+            body, fired = await anyio.to_thread.run_sync(self._cut_json, body)
+        else:
+            body, fired = self._cut_json(body)
+        if fired and self._record is not None:
+            self._record.stop_fired = fired[0]
+            self._record.choices_cut = len(fired)
         headers = _with_content_length(start.get("headers", []), len(body))
         self._complete = True
         await self._downstream({**start, "headers": headers})
         await self._downstream({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _cut_json(self, body: bytes) -> tuple[bytes, list[str]]:
+        """The body cut at its stops (itself if it is not a JSON object or nothing was cut),
+        and the stops that fired. Pure CPU work: run in a worker thread for large bodies."""
+        try:
+            response = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return body, []
+        if not isinstance(response, dict):
+            return body, []
+        cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)
+        return (_encode_json(cut, compact=True) if fired else body), fired
