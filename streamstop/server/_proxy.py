@@ -329,8 +329,10 @@ class _Exchange:
         self._body = body
         self._send = send
         self._record = record
+        self._kind: str | None = None  # the upstream's fault, if any
 
     def _fault(self, kind: str) -> None:
+        self._kind = kind
         if self._record is not None:
             self._record.upstream_error = kind
 
@@ -434,8 +436,7 @@ class _Exchange:
             self._fault("invalid")
             body = None
         if body is None:
-            kind = self._record.upstream_error if self._record is not None else None
-            timeout = kind == "timeout"
+            timeout = self._kind == "timeout"
             await send_error(
                 self._send,
                 504 if timeout else 502,
