@@ -6,6 +6,7 @@
   back (``streamstop serve``).
 - :class:`ProxyApp`: forwards the OpenAI API to an upstream server with httpx
   (``streamstop proxy``).
+- :class:`RequestLimits`: every bound on what one request may ask, for both.
 
 Importing this package needs only the standard library and anyio; uvicorn and httpx (the
 ``server`` extra: ``pip install 'streamstop[server]'``) are imported when a server runs.
@@ -13,6 +14,7 @@ Importing this package needs only the standard library and anyio; uvicorn and ht
 
 from ._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._echo import EchoModel, echo_pieces
+from ._limits import RequestLimits
 from ._middleware import DEFAULT_PATHS, StopMiddleware
 from ._proxy import ProxyApp
 
@@ -23,6 +25,7 @@ __all__ = [
     "Message",
     "ProxyApp",
     "Receive",
+    "RequestLimits",
     "Scope",
     "Send",
     "StopMiddleware",
