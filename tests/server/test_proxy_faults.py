@@ -311,3 +311,30 @@ async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     assert response.status_code == 401
     assert response.content == error
     assert app.record.upstream_error == "status"
+
+
+async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
+    answer = http_response("200 OK", "application/json", b"{}")
+    limits = RequestLimits(max_body_bytes=100)
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url, limits=limits) as (client, _),
+    ):
+        response = await client.post("/completions", json={"model": "m", "prompt": "x" * 200})
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == (
+        "Request body too large: the limit is 100 bytes."
+    )
+    assert upstream.requests == []
+
+
+async def test_a_whole_response_over_the_body_limit_is_a_502() -> None:
+    completion = json.dumps({"choices": [{"index": 0, "text": "x" * 500}]}).encode()
+    answer = http_response("200 OK", "application/json", completion)
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url, limits=RequestLimits(max_body_bytes=200)) as (client, app),
+    ):
+        response = await client.post("/completions", json={"model": "m"})
+    assert response.status_code == 502
+    assert app.record.upstream_error == "too_large"
