@@ -369,3 +369,12 @@ def _scope_with(record: RequestRecord) -> Scope:
     scope = http_scope()
     scope[RECORD_KEY] = record
     return scope
+
+
+async def test_an_app_that_fails_mid_stream_never_lets_the_held_text_out() -> None:
+    client = Client(request())
+    with pytest.raises(RuntimeError, match="the model crashed"):
+        await run(App([sse("ok </", done=False)], fail=True), client)
+    assert client.body == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"ok "},"finish_reason":null}]}\n\n'
+    )
