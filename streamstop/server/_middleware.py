@@ -13,7 +13,9 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 - By default ``stop`` is taken out of the body the app sees, so a backend with a 4-stop cap, or
   none, still works; the body is then re-encoded and ``content-length`` fixed. The app receives
   the body once, then waits. On a filtered request the app is asked for an uncompressed
-  response (``accept-encoding: identity``): compression belongs outside this middleware.
+  response (``accept-encoding: identity``): compression belongs outside this middleware. A
+  2xx body the app compresses anyway with gzip or deflate is inflated (the app is trusted:
+  no bound on the ratio), and sent uncompressed; other encodings pass untouched.
 - The response decides the filter: ``text/event-stream``, or any type but ``application/json``
   when the request asked for ``stream: true``, goes through an
   :class:`~streamstop.chat.SSEFilter` as it arrives (lines and events capped by the limits);
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,6 +71,7 @@ __all__ = ["DEFAULT_PATHS", "StopMiddleware"]
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 _PASS, _SSE, _JSON = "pass", "sse", "json"
+_INFLATABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
 # json.loads runs at roughly 100-300 MB/s: 256 KiB is about 1-3 ms on the loop; larger bodies
@@ -270,6 +274,8 @@ class _Exchange:
         self._record = record
         self._send = send
         self._mode = _PASS
+        # Inflates a body the app compressed although asked not to (gzip or deflate).
+        self._inflate: Any = None
         self._sse: SSEFilter | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
@@ -331,12 +337,15 @@ class _Exchange:
         elif kind == "http.response.body" and self._mode == _SSE:
             await self._on_sse_body(message)
         elif kind == "http.response.body" and self._mode == _JSON:
-            self._json_parts.append(message.get("body", b""))
+            self._json_parts.append(self._inflated(message))
             if not message.get("more_body", False):
                 await self._send_json_response()
         else:
-            if kind == "http.response.body" and not message.get("more_body", False):
-                self._complete = True
+            if kind == "http.response.body":
+                if self._inflate is not None:
+                    message = {**message, "body": self._inflated(message)}
+                if not message.get("more_body", False):
+                    self._complete = True
             await self._downstream(message)
 
     async def _on_start(self, message: Message) -> None:
@@ -345,6 +354,12 @@ class _Exchange:
         content_type = (header(headers, b"content-type") or b"").lower()
         encoding = (header(headers, b"content-encoding") or b"identity").lower()
         status = int(message["status"])
+        if encoding in _INFLATABLE and 200 <= status < 300:
+            # Asked for identity, the app compressed anyway: the text must be read to be cut.
+            self._inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib
+            headers = [(key, value) for key, value in headers if key.lower() != b"content-encoding"]
+            message = {**message, "headers": _with_content_length(headers, None)}
+            encoding = b"identity"
         if encoding != b"identity":
             self._mode = _PASS
         elif content_type.startswith(b"text/event-stream") or (
@@ -371,7 +386,7 @@ class _Exchange:
 
     async def _on_sse_body(self, message: Message) -> None:
         assert self._sse is not None
-        data = self._sse.feed(message.get("body", b""))
+        data = self._sse.feed(self._inflated(message))
         if self._sse.done:
             self._observe_stream(self._sse)
         if not message.get("more_body", False):
@@ -386,6 +401,16 @@ class _Exchange:
                 await anyio.lowlevel.checkpoint()
         elif data:
             await self._downstream({"type": "http.response.body", "body": data, "more_body": True})
+
+    def _inflated(self, message: Message) -> bytes:
+        """The body of ``message``, inflated if the app compressed it."""
+        body: bytes = message.get("body", b"")
+        if self._inflate is None:
+            return body
+        body = self._inflate.decompress(body)
+        if not message.get("more_body", False):
+            body += self._inflate.flush()
+        return body
 
     def _observe_stream(self, sse: SSEFilter) -> None:
         record = self._record

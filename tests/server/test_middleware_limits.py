@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import zlib
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -378,3 +380,26 @@ async def test_an_app_that_fails_mid_stream_never_lets_the_held_text_out() -> No
     assert client.body == (
         b'data: {"choices":[{"index":0,"delta":{"content":"ok "},"finish_reason":null}]}\n\n'
     )
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [(b"gzip", gzip.compress), (b"deflate", zlib.compress)],
+)
+async def test_an_app_that_compresses_anyway_is_inflated_and_cut(
+    encoding: bytes, compress: Callable[[bytes], bytes]
+) -> None:
+    compressed = compress(sse("a</s>b"))
+    client = Client(request())
+    headers = [(b"content-encoding", encoding), (b"content-length", b"999")]
+    await run(App([compressed[:10], compressed[10:]], headers=headers), client)
+    assert b"content-encoding" not in client.headers
+    assert b"content-length" not in client.headers
+    assert client.body == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    page = compress(b"<p>a</s>b</p>")
+    client = Client(request(stream=False))
+    await run(App([page], content_type=b"text/html", headers=headers), client)
+    assert client.body == b"<p>a</s>b</p>"  # not ours to cut, but sent as it now is labeled
