@@ -28,6 +28,7 @@ __all__ = [
     "SSEFrameTooLarge",
     "encode_event",
     "event_data",
+    "is_whole",
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -85,6 +86,20 @@ def event_data(fields: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     """The joined ``data:`` values of an event's fields, or ``None`` if it has none."""
     data = [value for name, value in fields if name == b"data"]
     return b"\n".join(data) if data else None
+
+
+def is_whole(event: RawEvent) -> bool:
+    """Whether an event that came without its blank line (the body ended) is whole: no data,
+    ``[DONE]`` or a JSON value; else it was cut off, and passing it on would hand the client
+    invalid JSON."""
+    data = event_data(event.fields())
+    if data is None or data.strip() == b"[DONE]":
+        return True
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 def _check(what: str, size: int, limit: int | None) -> None:

@@ -24,7 +24,15 @@ from typing import Any
 
 from ._automaton import StopAutomaton, Stops
 from ._chunks import ChunkFilter
-from ._sse import DONE_EVENT, RawEvent, SSEDecoder, SSEFrameTooLarge, encode_event, event_data
+from ._sse import (
+    DONE_EVENT,
+    RawEvent,
+    SSEDecoder,
+    SSEFrameTooLarge,
+    encode_event,
+    event_data,
+    is_whole,
+)
 
 __all__ = ["SSEFilter"]
 
@@ -109,8 +117,9 @@ class SSEFilter:
 
     @property
     def error(self) -> str | None:
-        """Why the stream ended in error, if it did: ``"upstream"`` (an error event came) or
-        ``"too_large"`` (a line or event over its limit)."""
+        """Why the stream ended in error, if it did: ``"upstream"`` (an error event came, or
+        :meth:`fail` was called), ``"too_large"`` (a line or event over its limit) or
+        ``"truncated"`` (the body ended in the middle of an event)."""
         return self._error
 
     def feed(self, data: bytes) -> bytes:
@@ -129,11 +138,25 @@ class SSEFilter:
     def flush(self) -> bytes:
         """End of the body: the last event, then chunks for the text still held.
 
-        An event missing its final blank line is taken as complete. Idempotent.
+        An event missing its final blank line is taken as complete if its data is JSON (or
+        ``[DONE]``); one cut off ends the stream in error (``upstream_truncated``), dropping the
+        held text. Idempotent.
         """
         if self._done:
             return b""
         last = self._decoder.flush()
+        if last is not None and not is_whole(last):
+            self._error = "truncated"
+            return self.fail(
+                {
+                    "error": {
+                        "message": "The upstream stream ended in the middle of an event.",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "upstream_truncated",
+                    }
+                }
+            )
         out = self._events([last]) if last is not None else b""
         if not self._done:
             self._done = True

@@ -420,8 +420,10 @@ class _Exchange:
         if fired:
             record.stop_fired = fired[min(fired)]
             record.choices_cut = len(fired)
-        if sse.error == "too_large" or (sse.error is not None and record.upstream_error is None):
-            record.upstream_error = "too_large" if sse.error == "too_large" else "broken"
+        if sse.error in ("too_large", "truncated"):
+            record.upstream_error = sse.error
+        elif sse.error is not None and record.upstream_error is None:
+            record.upstream_error = "broken"
 
     async def _finish_body(self, data: bytes) -> None:
         if self._sse is not None:

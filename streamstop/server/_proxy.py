@@ -43,7 +43,7 @@ from urllib.parse import unquote_to_bytes
 import anyio
 import anyio.to_thread
 
-from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, event_data
+from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
     Receive,
     Scope,
@@ -290,19 +290,11 @@ def _error_event(message: str, code: str) -> bytes:
 
 
 def _is_whole_event(pending: bytes) -> bool:
-    """Whether the bytes left at the end of a stream are an event missing only its blank line
-    (its data JSON or ``[DONE]``), rather than one cut off."""
-    event = SSEDecoder().feed(pending + b"\n\n")
-    if len(event) != 1:
-        return False
-    data = event_data(event[0].fields())
-    if data is None or data.strip() == b"[DONE]":
-        return True
-    try:
-        json.loads(data)
-    except ValueError:
-        return False
-    return True
+    """Whether the bytes left at the end of a stream are an event missing only its blank line."""
+    decoder = SSEDecoder()
+    decoder.feed(pending)
+    event = decoder.flush()
+    return event is None or is_whole(event)
 
 
 def _asks_for_stream(body: bytes) -> bool:

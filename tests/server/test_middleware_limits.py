@@ -403,3 +403,16 @@ async def test_an_app_that_compresses_anyway_is_inflated_and_cut(
     client = Client(request(stream=False))
     await run(App([page], content_type=b"text/html", headers=headers), client)
     assert client.body == b"<p>a</s>b</p>"  # not ours to cut, but sent as it now is labeled
+
+
+async def test_an_app_that_ends_mid_event_gets_a_truncation_error_not_half_an_event() -> None:
+    record = RequestRecord(request_id="r4")
+    client = Client(request())
+    body = sse("ok </", done=False) + b'data: {"choices":[{"ind'
+    await run(App([body]), client, _scope_with(record))
+    assert client.body == (
+        b'data: {"choices":[{"index":0,"delta":{"content":"ok "},"finish_reason":null}]}\n\n'
+        b'data: {"error":{"message":"The upstream stream ended in the middle of an event.",'
+        b'"type":"server_error","param":null,"code":"upstream_truncated"}}\n\n'
+    )
+    assert record.upstream_error == "truncated"
