@@ -269,8 +269,11 @@ class ProxyApp:
         if self.api_key is not None:
             headers.append((b"authorization", f"Bearer {self.api_key}".encode()))
         client = self._get_client()
-        request = client.build_request(scope["method"], url, headers=headers, content=body)
-        if not self._under_base(request.url):
+        try:
+            request = client.build_request(scope["method"], url, headers=headers, content=body)
+        except ValueError:  # httpx.InvalidURL and header errors: what the checks above missed
+            request = None
+        if request is None or not self._under_base(request.url):
             await send_invalid(send, _bad_path(f"Invalid request path: {path!r}."))
             return
         exchange = _Exchange(self, request, body, send, record_of(scope))

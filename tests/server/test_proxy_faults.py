@@ -18,6 +18,7 @@ from streamstop.server import Message, ProxyApp, Receive, Scope, Send, StopMiddl
 from streamstop.server._limits import RequestLimits
 from streamstop.server._record import RECORD_KEY, RequestRecord
 
+from .conftest import LiveServer
 from .test_proxy import RawUpstream, http_response, raw_upstream
 
 pytestmark = pytest.mark.anyio
@@ -338,3 +339,32 @@ async def test_a_whole_response_over_the_body_limit_is_a_502() -> None:
         response = await client.post("/completions", json={"model": "m"})
     assert response.status_code == 502
     assert app.record.upstream_error == "too_large"
+
+
+LIVE_BAD_TARGETS = [
+    b"/v1/%2e%2e/admin",
+    b"/v1/models/%2e%2e/%2e%2e/admin",
+    b"/v1/models%0d%0aX-Injected:%201",
+    b"/v1/models%00",
+    b"/v1/models/a%2fb",
+    b"/v1/models%5c..%5cadmin",
+]
+
+
+@pytest.mark.parametrize("target", LIVE_BAD_TARGETS)
+async def test_hostile_targets_through_uvicorn_get_an_openai_shaped_400(
+    proxy_server: LiveServer, target: bytes
+) -> None:
+    port = int(proxy_server.base_url.rsplit(":", 1)[1])
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        response = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    response += await stream.receive()
+            except anyio.EndOfStream:
+                pass
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["error"]["code"] == "invalid_path"
