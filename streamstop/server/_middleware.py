@@ -5,9 +5,9 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 
 - Only ``POST`` to the configured paths is touched; everything else goes to the app as it is.
 - The request body is read whole (up to ``RequestLimits.max_body_bytes``, else 413) and parsed
-  by :mod:`._request` (malformed JSON, too deep or too many containers, fields of the wrong
-  type: 400 naming the field); ``stop`` must be ``null``, a string or a list of strings within
-  the limits on their number and length (else 400, ``param: "stop"``). A body over
+  by :mod:`._request` (malformed JSON, too deep or too many values for its size, fields of
+  the wrong type: 400 naming the field); ``stop`` must be ``null``, a string or a list of
+  strings within the limits on their number and length (else 400, ``param: "stop"``). A body over
   ``_PARSE_IN_THREAD_BYTES`` is parsed in a worker thread, and an automaton over
   ``_BUILD_IN_THREAD_CHARS`` stop characters built in one, so no request stalls the loop.
 - By default ``stop`` is taken out of the body the app sees, so a backend with a 4-stop cap, or
@@ -20,9 +20,9 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   when the request asked for ``stream: true``, goes through an
   :class:`~streamstop.chat.SSEFilter` as it arrives (lines and events capped by the limits);
   a 2xx ``application/json`` body is held, cut with :func:`~streamstop.chat.truncate_response`
-  and sent with a new ``content-length``; anything else (errors, compressed bodies) passes
-  through.
-- The :class:`~streamstop.server.RequestRecord` of the scope, if any, gets the model, the
+  and sent with a new ``content-length``; anything else (errors, bodies in other encodings)
+  passes through.
+- The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the model, the
   number of stops, which stop fired and how many choices it cut.
 - Once every choice of a stream is over (``n`` is read from the request), ``data: [DONE]`` is
   sent, the response ends, and the app is cancelled: its ``await send(...)`` raises the

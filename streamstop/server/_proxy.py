@@ -21,9 +21,9 @@ backend gets stops of any number, cut without leaks. Rules:
   breaks off or a JSON body that does not parse is a 502, a timeout a 504, both OpenAI-shaped.
   An upstream error (4xx, 5xx) reaches the client with the same status and an OpenAI-shaped
   body (passed on if it already is one, wrapped if not); an unreachable upstream is a 502.
-- The :class:`~streamstop.server.RequestRecord` of the scope, if any, gets the kind of upstream
-  fault (``timeout``, ``unreachable``, ``broken``, ``truncated``, ``invalid``, ``too_large``,
-  ``status``).
+- The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the kind
+  of upstream fault (``timeout``, ``unreachable``, ``broken``, ``truncated``, ``invalid``,
+  ``too_large``, ``status``).
 - The upstream response is closed (shielded, in ``finally``) when the client disconnects, when
   the app is cancelled (the middleware does that after a stop) and at the end.
 
