@@ -42,7 +42,14 @@ class RequestLimits:
     # Raise it for image-heavy traffic, knowing the cost.
     max_body_bytes: int = field(
         default=2 * 1024 * 1024,
-        metadata={"help": "bytes in a request body (413 beyond it) or a whole upstream response"},
+        metadata={"help": "bytes in a request body (413 beyond it)"},
+    )
+    # Embeddings of a batch or a long model list are whole responses of several MB: the proxy
+    # holds them (to turn a truncated one into a 502), but parses them only up to
+    # max_body_bytes, so a bigger one costs memory, not loop time.
+    max_response_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata={"help": "bytes in a whole (not streamed) upstream response (502 beyond it)"},
     )
     max_json_depth: int = field(
         default=64,

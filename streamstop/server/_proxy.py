@@ -17,8 +17,9 @@ backend gets stops of any number, cut without leaks. Rules:
   event over its limit ends with an SSE ``data: {"error": ...}`` event (``code``:
   ``upstream_broken``, ``upstream_timeout``, ``upstream_event_too_large``,
   ``upstream_truncated``) and a clean end.
-- Any other response is read whole first (up to ``RequestLimits.max_body_bytes``): a body that
-  breaks off or a JSON body that does not parse is a 502, a timeout a 504, both OpenAI-shaped.
+- Any other response is read whole first (up to ``RequestLimits.max_response_bytes``): a body
+  that breaks off, or a JSON body (up to ``max_body_bytes``) that does not parse, is a 502, a
+  timeout a 504, both OpenAI-shaped.
   An upstream error (4xx, 5xx) reaches the client with the same status and an OpenAI-shaped
   body (passed on if it already is one, wrapped if not); an unreachable upstream is a 502.
 - The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the kind
@@ -175,9 +176,9 @@ class ProxyApp:
     ``httpx.AsyncClient`` as ``client`` to control pooling and TLS; otherwise one is created
     at the first request and closed by :meth:`aclose` or the ASGI lifespan shutdown.
     ``routes``, if given, are the only proxy paths forwarded (``"/v1/chat/completions"``...);
-    ``limits`` bounds the request body, whole upstream responses (``max_body_bytes``) and the
-    lines and events of upstream streams; the older ``max_body_size``, if given, overrides
-    ``limits.max_body_bytes``.
+    ``limits`` bounds the request body (``max_body_bytes``), whole upstream responses
+    (``max_response_bytes``) and the lines and events of upstream streams; the older
+    ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
     """
 
     def __init__(
@@ -398,7 +399,7 @@ class _Exchange:
         """The whole body, or ``None`` (the fault recorded) if it broke off or was too large."""
         import httpx
 
-        limit = self._proxy.limits.max_body_bytes
+        limit = self._proxy.limits.max_response_bytes
         parts: list[bytes] = []
         size = 0
         try:
@@ -425,11 +426,18 @@ class _Exchange:
     ) -> None:
         upstream = self._proxy.upstream
         body = await self._read(response)
-        if body is not None and (
-            content_type.startswith(b"application/json") and not _parses(body)
-        ):
-            self._fault("invalid")
-            body = None
+        if body is not None and content_type.startswith(b"application/json"):
+            # Checked up to the size a request may have: the parse holds the GIL, beyond that
+            # only the body's completeness is checked (by httpx, against its framing).
+            if len(body) > self._proxy.limits.max_body_bytes:
+                valid = True
+            elif len(body) > _PARSE_IN_THREAD_BYTES:
+                valid = await anyio.to_thread.run_sync(_parses, body)
+            else:
+                valid = _parses(body)
+            if not valid:
+                self._fault("invalid")
+                body = None
         if body is None:
             timeout = self._kind == "timeout"
             await send_error(

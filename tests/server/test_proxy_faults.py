@@ -334,7 +334,7 @@ async def test_a_whole_response_over_the_body_limit_is_a_502() -> None:
     answer = http_response("200 OK", "application/json", completion)
     async with (
         raw_upstream(lambda _: answer) as upstream,
-        proxied(upstream.url, limits=RequestLimits(max_body_bytes=200)) as (client, app),
+        proxied(upstream.url, limits=RequestLimits(max_response_bytes=200)) as (client, app),
     ):
         response = await client.post("/completions", json={"model": "m"})
     assert response.status_code == 502
