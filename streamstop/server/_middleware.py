@@ -36,6 +36,7 @@ import dataclasses
 import json
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -189,18 +190,18 @@ class StopMiddleware:
             return  # the client left before sending its request, or it was too large
         try:
             if len(received) > _PARSE_IN_THREAD_BYTES:
-                request, stops, body = await anyio.to_thread.run_sync(self._prepare, received)
+                prepared = await anyio.to_thread.run_sync(self._prepare, received)
             else:
-                request, stops, body = self._prepare(received)
+                prepared = self._prepare(received)
         except InvalidRequest as error:
             await send_invalid(send, error)
             return
+        body, stops = prepared.body, prepared.stops
         if body is not received:
             scope = {**scope, "headers": _with_content_length(scope["headers"], len(body))}
         record = record_of(scope)
         if record is not None:
-            model = request.get("model")
-            record.model = model if isinstance(model, str) else None
+            record.model = prepared.model
             record.stops = len(stops)
         if not stops:
             await self.app(scope, _replay(body, receive), send)
@@ -213,25 +214,47 @@ class StopMiddleware:
         exchange = _Exchange(
             self.app,
             automaton,
-            n=_expected_choices(request),
+            n=prepared.choices,
             include_stop=self.include_stop,
-            stream=wants_stream(request),
-            include_usage=wants_stream(request) and include_usage(request),
+            stream=prepared.stream,
+            include_usage=prepared.include_usage,
             limits=self.limits,
             record=record,
             send=send,
         )
         await exchange.run(scope, body, receive)
 
-    def _prepare(self, body: bytes) -> tuple[dict[str, Any], tuple[str, ...], bytes]:
-        """Parse and check the body; the body the app gets (``stop`` removed unless
-        forwarded). Pure CPU work: run in a worker thread for large bodies."""
+    def _prepare(self, body: bytes) -> _Prepared:
+        """Parse and check the body; what this layer needs of it, and the body the app gets
+        (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
+        bodies; the parsed request dies here, so a large one is freed in that thread too."""
         request = parse_body(body, self.limits)
         stops = parse_stops(request, self.limits)
         if "stop" in request and not self.forward_stop:
             del request["stop"]
             body = _encode_json(request)
-        return request, stops, body
+        model = request.get("model")
+        stream = wants_stream(request)
+        return _Prepared(
+            body=body,
+            stops=stops,
+            model=model if isinstance(model, str) else None,
+            choices=_expected_choices(request),
+            stream=stream,
+            include_usage=stream and include_usage(request),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What the middleware keeps of a request: its body for the app, and a few fields."""
+
+    body: bytes
+    stops: tuple[str, ...]
+    model: str | None
+    choices: int | None
+    stream: bool
+    include_usage: bool
 
 
 def _replay(body: bytes, then: Receive) -> Receive:
