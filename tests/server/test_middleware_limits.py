@@ -416,3 +416,15 @@ async def test_an_app_that_ends_mid_event_gets_a_truncation_error_not_half_an_ev
         b'"type":"server_error","param":null,"code":"upstream_truncated"}}\n\n'
     )
     assert record.upstream_error == "truncated"
+
+
+async def test_a_large_body_reaches_the_app_with_stop_cut_out_of_its_bytes() -> None:
+    # Above 64 KiB the body is not re-encoded: its bytes, layout and escapes stay as sent.
+    prompt = b'"' + b"\\u00e9 " * 20_000 + b'"'
+    body = b'{"model": "m",  "stream": true, "stop": ["</s>"],\n "prompt": ' + prompt + b"}"
+    app = App([sse("a</s>")])
+    client = Client(body)
+    await run(app, client)
+    assert app.request_body == b'{"model": "m",  "stream": true, "prompt": ' + prompt + b"}"
+    assert dict(app.scope["headers"])[b"content-length"] == str(len(app.request_body)).encode()
+    assert text_of(client.body) == "a"
