@@ -256,7 +256,9 @@ def _check_fields(request: dict[str, Any]) -> None:
 
 
 # A JSON string (escapes included), or a bracket: what the top-level scan of a body looks at.
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+# The string's loop is unrolled ([^"\\]* runs at C speed): "(?:[^"\\]|\\.)*" takes one
+# alternation per character, 20 times slower, in one GIL-holding call.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 _COLON = re.compile(rb"\s*:")
 _SPACE = re.compile(rb"\s*")
 
