@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "DONE_EVENT",
@@ -29,6 +29,7 @@ __all__ = [
     "encode_event",
     "event_data",
     "is_whole",
+    "parse_field",
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -63,23 +64,27 @@ def encode_event(payload: object, other_lines: Iterable[bytes] = ()) -> bytes:
     return b"".join(line + b"\n" for line in other_lines) + b"data: " + data + b"\n\n"
 
 
-def _field(line: bytes) -> tuple[bytes, bytes]:
+def parse_field(line: bytes) -> tuple[bytes, bytes]:
+    """A line's ``(name, value)``: ``b"data: x"`` is ``(b"data", b"x")`` (one space dropped)."""
     name, colon, value = line.partition(b":")
     if colon and value.startswith(b" "):
         value = value[1:]
     return name, value
 
 
-@dataclass(frozen=True, slots=True)
-class RawEvent:
-    """One event as received: ``raw`` its bytes (blank line included), ``lines`` its lines."""
+class RawEvent(NamedTuple):
+    """One event as received: ``raw`` its bytes (blank line included), ``lines`` its lines.
+
+    Immutable; a named tuple rather than a frozen dataclass: one is made per event, on the hot
+    path, and a named tuple is about three times cheaper to create.
+    """
 
     raw: bytes
     lines: tuple[bytes, ...]
 
     def fields(self) -> list[tuple[bytes, bytes]]:
         """``(name, value)`` of each line (``data: x`` is ``(b"data", b"x")``)."""
-        return [_field(line) for line in self.lines]
+        return [parse_field(line) for line in self.lines]
 
 
 def event_data(fields: Iterable[tuple[bytes, bytes]]) -> bytes | None:
@@ -148,6 +153,7 @@ class SSEDecoder:
         return events
 
     def _scan(self, buffer: bytearray, events: list[RawEvent], start: int, search: int) -> None:
+        max_line, max_event = self._max_line, self._max_event
         event_start = 0
         while True:
             match = _LINE_END.search(buffer, search)
@@ -157,10 +163,12 @@ class SSEDecoder:
             if match.end() == len(buffer) and match.group() == b"\r":
                 search = match.start()  # perhaps the first half of "\r\n": look again later
                 break
-            _check("line", match.start() - start, self._max_line)
+            if max_line is not None and match.start() - start > max_line:
+                raise SSEFrameTooLarge("line", max_line)
             line = bytes(buffer[start : match.start()])
             start = search = match.end()
-            _check("event", start - event_start, self._max_event)
+            if max_event is not None and start - event_start > max_event:
+                raise SSEFrameTooLarge("event", max_event)
             if line:
                 self._lines.append(line)
                 continue

@@ -32,6 +32,7 @@ from ._sse import (
     encode_event,
     event_data,
     is_whole,
+    parse_field,
 )
 
 __all__ = ["SSEFilter"]
@@ -133,6 +134,8 @@ class SSEFilter:
         except SSEFrameTooLarge as error:
             out = self._events(error.events)
             return out + self._too_large(error)
+        if len(events) == 1:  # the usual read: one event, no list to join
+            return self._event(events[0])
         return self._events(events)
 
     def flush(self) -> bytes:
@@ -201,34 +204,42 @@ class SSEFilter:
         return b"".join(out)
 
     def _event(self, event: RawEvent) -> bytes:
-        fields = event.fields()
-        data = event_data(fields)
+        raw, lines = event
+        if len(lines) == 1 and lines[0].startswith(b"data: "):
+            # The usual event, one data line: no field list to build.
+            fields = None
+            data: bytes | None = lines[0][6:]
+        else:
+            fields = [parse_field(line) for line in lines]
+            data = event_data(fields)
         if data is None:
-            return event.raw
+            return raw
         if data.strip() == b"[DONE]":
             self._done = True
-            return self._held_events() + event.raw
+            return self._held_events() + raw
         try:
             chunk = json.loads(data)
         except ValueError:
-            return event.raw
+            return raw
         if not isinstance(chunk, dict):
-            return event.raw
+            return raw
         if "error" in chunk and "choices" not in chunk:
             # The upstream failed: what is held may be the start of a stop, so it is dropped.
             self.fail(chunk)
-            return event.raw
+            return raw
         if self._include_usage:
             self._count(chunk)
         out = self._chunks.feed(chunk)
         if out is chunk:
-            result = event.raw
+            result = raw
         elif out is None:
             result = b""
         else:
-            others = [
-                line for line, (name, _) in zip(event.lines, fields, strict=True) if name != b"data"
-            ]
+            others = (
+                [line for line, (name, _) in zip(lines, fields, strict=True) if name != b"data"]
+                if fields is not None
+                else []
+            )
             result = encode_event(out, others)
         if self._chunks.done:
             self._done = True
