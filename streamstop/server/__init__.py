@@ -8,6 +8,7 @@
   (``streamstop proxy``).
 - For running them: :class:`Observed` (``/health``, ``/ready``, ``/metrics``, an access log
   line per request), :class:`ClientKeys` (bearer keys) and :class:`BodyDeadline`.
+- :class:`RequestLimits`: every bound on what one request may ask, for both.
 
 Importing this package needs only the standard library and anyio; uvicorn and httpx (the
 ``server`` extra: ``pip install 'streamstop[server]'``) are imported when a server runs.
@@ -17,6 +18,7 @@ from ._asgi import ASGIApp, Message, Receive, Scope, Send
 from ._auth import ClientKeys
 from ._deadline import BodyDeadline
 from ._echo import EchoModel, echo_pieces
+from ._limits import RequestLimits
 from ._middleware import DEFAULT_PATHS, StopMiddleware
 from ._observe import Observed
 from ._proxy import ProxyApp
@@ -31,6 +33,7 @@ __all__ = [
     "Observed",
     "ProxyApp",
     "Receive",
+    "RequestLimits",
     "Scope",
     "Send",
     "StopMiddleware",

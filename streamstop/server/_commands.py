@@ -19,6 +19,7 @@ Rules for the settings:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import socket
@@ -422,12 +423,6 @@ def client_keys(settings: Mapping[str, Any]) -> list[str]:
     return keys
 
 
-def _accepts(cls: type, name: str) -> bool:
-    import inspect
-
-    return name in inspect.signature(cls).parameters
-
-
 def build_app(settings: Mapping[str, Any]) -> ASGIApp:
     """The ASGI app ``serve`` or ``proxy`` runs with ``settings`` (see :func:`settings_of`):
 
@@ -442,33 +437,24 @@ def build_app(settings: Mapping[str, Any]) -> ASGIApp:
 
     limits = RequestLimits(**{item.name: settings[item.name] for item in fields(RequestLimits)})
     readiness: Readiness
-    # Passed where the layers take them (``limits``, ``routes``); the body bound everywhere.
-    middleware_options: dict[str, Any] = {"max_body_size": limits.max_body_bytes}
-    if _accepts(StopMiddleware, "limits"):
-        middleware_options["limits"] = limits
+    middleware_options: dict[str, Any] = {}
     if settings.get("upstream") is None:
         inner: ASGIApp = EchoModel(delay=settings["delay"])
         readiness = AlwaysReady()
     else:
         from ._proxy import ProxyApp
 
-        proxy_options: dict[str, Any] = {"max_body_size": limits.max_body_bytes}
-        if _accepts(ProxyApp, "limits"):
-            proxy_options["limits"] = limits
-        if settings.get("route"):
-            if not _accepts(ProxyApp, "routes"):
-                raise ValueError("--route: this version of the proxy forwards all of /v1")
-            proxy_options["routes"] = list(settings["route"])
         inner = ProxyApp(
             settings["upstream"],
             api_key=settings["api_key"],
             timeout=settings["timeout"] or None,
-            **proxy_options,
+            limits=limits,
+            routes=list(settings["route"]) if settings.get("route") else None,
         )
         middleware_options["forward_stop"] = settings["forward_stop"]
         readiness = UpstreamProbe(settings["upstream"], api_key=settings["api_key"])
     app: ASGIApp = StopMiddleware(
-        inner, include_stop=settings["include_stop"], **middleware_options
+        inner, include_stop=settings["include_stop"], limits=limits, **middleware_options
     )
     app = BodyDeadline(app, settings["body_timeout"])
     keys = client_keys(settings)
@@ -510,7 +496,7 @@ def _serve_forever(settings: dict[str, Any], sock: socket.socket) -> int:
             # Each worker builds the app from these settings (streamstop.server._app).
             os.environ[CONFIG_ENV] = json.dumps(settings)
             config = _server_config("streamstop.server._app:create_app", settings, limit)
-            if _accepts(Multiprocess, "target"):  # uvicorn before 0.36 or so
+            if "target" in inspect.signature(Multiprocess).parameters:  # older uvicorn
                 server = uvicorn.Server(config)
                 Multiprocess(config, target=server.run, sockets=[sock]).run()  # type: ignore[call-arg]
             else:

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from .._sse import encode_event as _sse
 from ._asgi import (
     BodyTooLarge,
     Receive,
@@ -35,6 +36,9 @@ from ._asgi import (
     send_json,
     serve_lifespan,
 )
+from ._request import InvalidRequest as _InvalidRequest
+from ._request import describe as _describe
+from ._request import parse_n
 
 __all__ = ["EchoModel", "echo_pieces"]
 
@@ -79,24 +83,6 @@ def echo_pieces(text: str, phase: int = 0) -> list[str]:
     return pieces
 
 
-class _InvalidRequest(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        allow: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.allow = allow
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-
-
 @dataclass(frozen=True, slots=True)
 class _Job:
     """A validated request: what to echo and how."""
@@ -134,11 +120,6 @@ class _Job:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
-
-
-def _describe(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _message_text(content: object) -> str:
@@ -268,14 +249,7 @@ class EchoModel:
             prompts: tuple[str, ...] = (self._last_user_message(request.get("messages")),)
         else:
             prompts = self._prompts(request.get("prompt"))
-        n = request.get("n")
-        n = 1 if n is None else n
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= _MAX_N:
-            raise _InvalidRequest(
-                400,
-                f"Invalid 'n': expected an integer from 1 to {_MAX_N}, got {_describe(n)}.",
-                param="n",
-            )
+        n = parse_n(request, _MAX_N)
         if n * len(prompts) > _MAX_CHOICES:
             raise _InvalidRequest(
                 400,
@@ -425,14 +399,6 @@ class EchoModel:
                     yield event(index, None, finish_reason)
         if job.include_usage:
             yield _sse({**base, "choices": [], "usage": job.usage(completions)})
-
-
-def _sse(payload: object) -> bytes:
-    return (
-        b"data: "
-        + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        + b"\n\n"
-    )
 
 
 def _require(method: str, allowed: str) -> None:

@@ -4,14 +4,26 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 :mod:`streamstop.chat`):
 
 - Only ``POST`` to the configured paths is touched; everything else goes to the app as it is.
-- The request body is read whole and parsed; ``stop`` must be ``null``, a string or a list of
-  strings, of any length (else 400, OpenAI-shaped). By default ``stop`` is taken out of the
-  body the app sees, so a backend with a 4-stop cap, or none, still works; the body is then
-  re-encoded and ``content-length`` fixed. The app receives the body once, then waits.
-- The response decides the filter: ``text/event-stream`` goes through an
-  :class:`~streamstop.chat.SSEFilter` as it arrives; a 2xx ``application/json`` body is held,
-  cut with :func:`~streamstop.chat.truncate_response` and sent with a new ``content-length``;
-  anything else (errors, compressed bodies) passes through.
+- The request body is read whole (up to ``RequestLimits.max_body_bytes``, else 413) and parsed
+  by :mod:`._request` (malformed JSON, too deep or too many values for its size, fields of
+  the wrong type: 400 naming the field); ``stop`` must be ``null``, a string or a list of
+  strings within the limits on their number and length (else 400, ``param: "stop"``). A body over
+  ``_PARSE_IN_THREAD_BYTES`` is parsed in a worker thread, and an automaton over
+  ``_BUILD_IN_THREAD_CHARS`` stop characters built in one, so no request stalls the loop.
+- By default ``stop`` is taken out of the body the app sees, so a backend with a 4-stop cap, or
+  none, still works; the body is then re-encoded and ``content-length`` fixed. The app receives
+  the body once, then waits. On a filtered request the app is asked for an uncompressed
+  response (``accept-encoding: identity``): compression belongs outside this middleware. A
+  2xx body the app compresses anyway with gzip or deflate is inflated (the app is trusted:
+  no bound on the ratio), and sent uncompressed; other encodings pass untouched.
+- The response decides the filter: ``text/event-stream``, or any type but ``application/json``
+  when the request asked for ``stream: true``, goes through an
+  :class:`~streamstop.chat.SSEFilter` as it arrives (lines and events capped by the limits);
+  a 2xx ``application/json`` body is held, cut with :func:`~streamstop.chat.truncate_response`
+  and sent with a new ``content-length``; anything else (errors, bodies in other encodings)
+  passes through.
+- The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the model, the
+  number of stops, which stop fired and how many choices it cut.
 - Once every choice of a stream is over (``n`` is read from the request), ``data: [DONE]`` is
   sent, the response ends, and the app is cancelled: its ``await send(...)`` raises the
   cancellation, so an app that is a proxy closes its upstream and a model stops generating.
@@ -20,15 +32,20 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
 from .._automaton import StopAutomaton
-from ..chat import SSEFilter, truncate_response
+from .._chunks import cut_response
+from .._sse_filter import SSEFilter
 from ._asgi import (
     ASGIApp,
     Message,
@@ -37,7 +54,18 @@ from ._asgi import (
     Send,
     header,
     read_body_or_413,
-    send_error,
+)
+from ._limits import RequestLimits
+from ._record import RequestRecord, record_of
+from ._request import (
+    InvalidRequest,
+    include_usage,
+    parse_body,
+    parse_n,
+    parse_stops,
+    send_invalid,
+    wants_stream,
+    without_key,
 )
 
 __all__ = ["DEFAULT_PATHS", "StopMiddleware"]
@@ -45,11 +73,18 @@ __all__ = ["DEFAULT_PATHS", "StopMiddleware"]
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 _PASS, _SSE, _JSON = "pass", "sse", "json"
+_INFLATABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
-def _short(value: object, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+# json.loads runs at roughly 100-300 MB/s: 256 KiB is about 1-3 ms on the loop; larger bodies
+# (up to max_body_bytes) are parsed in a worker thread.
+_PARSE_IN_THREAD_BYTES = 256 * 1024
+# A stop set of more characters than this is built in a worker thread (a cached one costs the
+# thread hop only): at the automaton's worst build speed it is a few ms on the loop at most.
+_BUILD_IN_THREAD_CHARS = 1024
+# Above this size the body the app gets is the received one with ``stop`` cut out of the bytes
+# (when that is safe), not a re-encoding: the same JSON, without a second GIL-holding pass.
+_SPLICE_BYTES = 64 * 1024
 
 
 def _caused_by(error: BaseException, cause: BaseException) -> bool:
@@ -63,34 +98,9 @@ def _caused_by(error: BaseException, cause: BaseException) -> bool:
     return False
 
 
-class _BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-
-
-def _parse_stops(request: dict[str, Any]) -> tuple[str, ...]:
-    stop = request.get("stop")
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,) if stop else ()
-    if isinstance(stop, list) and all(isinstance(item, str) for item in stop):
-        return tuple(item for item in stop if item)
-    raise _BadRequest(
-        f"Invalid type for 'stop': expected a string or an array of strings, got {_short(stop)}.",
-        param="stop",
-    )
-
-
 def _expected_choices(request: dict[str, Any]) -> int | None:
     """How many choices the response will have, or ``None`` if unsure."""
-    n = request.get("n", 1)
-    if n is None:
-        n = 1
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        return None
+    n = parse_n(request)
     prompt = request.get("prompt")
     # A legacy completion with a batch of prompts has n choices per prompt.
     if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
@@ -111,6 +121,23 @@ def _with_content_length(
     return kept
 
 
+def _identity_encoding(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers with ``accept-encoding: identity``: the app is asked not to compress."""
+    kept = [(key, value) for key, value in headers if key.lower() != b"accept-encoding"]
+    kept.append((b"accept-encoding", b"identity"))
+    return kept
+
+
+def _encode_json(value: dict[str, Any], *, compact: bool = False) -> bytes:
+    separators = (",", ":") if compact else None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=separators).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate in a field this layer does not read: escaped, the receiver gets the
+        # same JSON value (that field is the app's, or the client's, to judge).
+        return json.dumps(value, separators=separators).encode()
+
+
 class StopMiddleware:
     """ASGI middleware applying the request's ``stop`` to OpenAI-compatible responses.
 
@@ -126,7 +153,9 @@ class StopMiddleware:
     ``forward_stop=True`` if it can handle your stops itself (they are still applied here).
 
     ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the endpoints
-    filtered (exact match on the ASGI ``path``); ``max_body_size`` bounds the request body read.
+    filtered (exact match on the ASGI ``path``). ``limits`` bounds what a request may ask
+    (stops, body, JSON depth) and what the app's stream may send (lines, events); the older
+    ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
     """
 
     def __init__(
@@ -136,13 +165,21 @@ class StopMiddleware:
         forward_stop: bool = False,
         include_stop: bool = False,
         paths: Iterable[str] = DEFAULT_PATHS,
-        max_body_size: int = 32 * 1024 * 1024,
+        limits: RequestLimits | None = None,
+        max_body_size: int | None = None,
     ) -> None:
         self.app = app
         self.forward_stop = bool(forward_stop)
         self.include_stop = bool(include_stop)
         self.paths = frozenset(paths)
-        self.max_body_size = max_body_size
+        limits = limits if limits is not None else RequestLimits()
+        if max_body_size is not None:
+            limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
+        self.limits = limits
+
+    @property
+    def max_body_size(self) -> int:
+        return self.limits.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -152,44 +189,78 @@ class StopMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        body = await read_body_or_413(receive, send, self.max_body_size)
-        if body is None:
+        received = await read_body_or_413(receive, send, self.limits.max_body_bytes)
+        if received is None:
             return  # the client left before sending its request, or it was too large
         try:
-            request, stops = self._parse(body)
-        except _BadRequest as error:
-            await send_error(send, 400, error.message, param=error.param)
+            if len(received) > _PARSE_IN_THREAD_BYTES:
+                prepared = await anyio.to_thread.run_sync(self._prepare, received)
+            else:
+                prepared = self._prepare(received)
+        except InvalidRequest as error:
+            await send_invalid(send, error)
             return
-        if "stop" in request and not self.forward_stop:
-            del request["stop"]
-            body = json.dumps(request, ensure_ascii=False).encode()
+        body, stops = prepared.body, prepared.stops
+        if body is not received:
             scope = {**scope, "headers": _with_content_length(scope["headers"], len(body))}
+        record = record_of(scope)
+        if record is not None:
+            record.model = prepared.model
+            record.stops = len(stops)
         if not stops:
             await self.app(scope, _replay(body, receive), send)
             return
+        if sum(map(len, stops)) > _BUILD_IN_THREAD_CHARS:
+            automaton = await anyio.to_thread.run_sync(StopAutomaton.from_stops, stops)
+        else:
+            automaton = StopAutomaton.from_stops(stops)
+        scope = {**scope, "headers": _identity_encoding(scope["headers"])}
         exchange = _Exchange(
             self.app,
-            StopAutomaton.from_stops(stops),
-            n=_expected_choices(request),
+            automaton,
+            n=prepared.choices,
             include_stop=self.include_stop,
+            stream=prepared.stream,
+            include_usage=prepared.include_usage,
+            limits=self.limits,
+            record=record,
             send=send,
         )
         await exchange.run(scope, body, receive)
 
-    @staticmethod
-    def _parse(body: bytes) -> tuple[dict[str, Any], tuple[str, ...]]:
-        try:
-            request = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise _BadRequest(
-                "We could not parse the JSON body of your request. The body must be a JSON "
-                "object, sent with 'Content-Type: application/json'."
-            ) from None
-        if not isinstance(request, dict):
-            raise _BadRequest(
-                f"The JSON body of your request must be an object, got {_short(request)}."
-            )
-        return request, _parse_stops(request)
+    def _prepare(self, body: bytes) -> _Prepared:
+        """Parse and check the body; what this layer needs of it, and the body the app gets
+        (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
+        bodies; the parsed request dies here, so a large one is freed in that thread too."""
+        request = parse_body(body, self.limits)
+        stops = parse_stops(request, self.limits)
+        if "stop" in request and not self.forward_stop:
+            del request["stop"]
+            # Cut out of the bytes when it can be: json.dumps of a large body holds the GIL.
+            cut = without_key(body, "stop") if len(body) > _SPLICE_BYTES else None
+            body = cut if cut is not None else _encode_json(request)
+        model = request.get("model")
+        stream = wants_stream(request)
+        return _Prepared(
+            body=body,
+            stops=stops,
+            model=model if isinstance(model, str) else None,
+            choices=_expected_choices(request),
+            stream=stream,
+            include_usage=stream and include_usage(request),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What the middleware keeps of a request: its body for the app, and a few fields."""
+
+    body: bytes
+    stops: tuple[str, ...]
+    model: str | None
+    choices: int | None
+    stream: bool
+    include_usage: bool
 
 
 def _replay(body: bytes, then: Receive) -> Receive:
@@ -216,14 +287,24 @@ class _Exchange:
         *,
         n: int | None,
         include_stop: bool,
+        stream: bool,
+        include_usage: bool,
+        limits: RequestLimits,
+        record: RequestRecord | None,
         send: Send,
     ) -> None:
         self._app = app
         self._automaton = automaton
         self._n = n
         self._include_stop = include_stop
+        self._stream = stream
+        self._include_usage = include_usage
+        self._limits = limits
+        self._record = record
         self._send = send
         self._mode = _PASS
+        # Inflates a body the app compressed although asked not to (gzip or deflate).
+        self._inflate: Any = None
         self._sse: SSEFilter | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
@@ -285,12 +366,15 @@ class _Exchange:
         elif kind == "http.response.body" and self._mode == _SSE:
             await self._on_sse_body(message)
         elif kind == "http.response.body" and self._mode == _JSON:
-            self._json_parts.append(message.get("body", b""))
+            self._json_parts.append(self._inflated(message))
             if not message.get("more_body", False):
                 await self._send_json_response()
         else:
-            if kind == "http.response.body" and not message.get("more_body", False):
-                self._complete = True
+            if kind == "http.response.body":
+                if self._inflate is not None:
+                    message = {**message, "body": self._inflated(message)}
+                if not message.get("more_body", False):
+                    self._complete = True
             await self._downstream(message)
 
     async def _on_start(self, message: Message) -> None:
@@ -299,11 +383,29 @@ class _Exchange:
         content_type = (header(headers, b"content-type") or b"").lower()
         encoding = (header(headers, b"content-encoding") or b"identity").lower()
         status = int(message["status"])
+        if encoding in _INFLATABLE and 200 <= status < 300:
+            # Asked for identity, the app compressed anyway: the text must be read to be cut.
+            self._inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib
+            headers = [(key, value) for key, value in headers if key.lower() != b"content-encoding"]
+            message = {**message, "headers": _with_content_length(headers, None)}
+            encoding = b"identity"
         if encoding != b"identity":
             self._mode = _PASS
-        elif content_type.startswith(b"text/event-stream"):
+        elif content_type.startswith(b"text/event-stream") or (
+            # Asked for a stream: SSE by its framing, whatever the label (none, text/plain).
+            self._stream
+            and 200 <= status < 300
+            and not content_type.startswith(b"application/json")
+        ):
             self._mode = _SSE
-            self._sse = SSEFilter(self._automaton, n=self._n, include_stop=self._include_stop)
+            self._sse = SSEFilter(
+                self._automaton,
+                n=self._n,
+                include_stop=self._include_stop,
+                include_usage=self._include_usage,
+                max_line_bytes=self._limits.max_sse_line_bytes,
+                max_event_bytes=self._limits.max_sse_event_bytes,
+            )
             message = {**message, "headers": _with_content_length(headers, None)}
         elif 200 <= status < 300 and content_type.startswith(b"application/json"):
             self._mode = _JSON
@@ -313,22 +415,49 @@ class _Exchange:
 
     async def _on_sse_body(self, message: Message) -> None:
         assert self._sse is not None
-        data = self._sse.feed(message.get("body", b""))
+        data = self._sse.feed(self._inflated(message))
+        if self._sse.done:
+            self._observe_stream(self._sse)
         if not message.get("more_body", False):
             await self._finish_body(data)
         elif self._sse.done:
             await self._finish_body(data)
-            if self._sse.chunks.done:
-                # Every choice was cut or is over: stop the app, at this very await. (After
-                # the upstream's own [DONE] the app ends by itself; what it sends is dropped.)
+            if self._sse.chunks.done or self._sse.error is not None:
+                # Every choice was cut or is over, or the stream failed: stop the app, at this
+                # very await. (After the upstream's own [DONE] the app ends by itself; what it
+                # sends is dropped.)
                 self._app_scope.cancel()
                 await anyio.lowlevel.checkpoint()
         elif data:
             await self._downstream({"type": "http.response.body", "body": data, "more_body": True})
 
+    def _inflated(self, message: Message) -> bytes:
+        """The body of ``message``, inflated if the app compressed it."""
+        body: bytes = message.get("body", b"")
+        if self._inflate is None:
+            return body
+        body = self._inflate.decompress(body)
+        if not message.get("more_body", False):
+            body += self._inflate.flush()
+        return body
+
+    def _observe_stream(self, sse: SSEFilter) -> None:
+        record = self._record
+        if record is None:
+            return
+        fired = sse.chunks.stop_strings
+        if fired:
+            record.stop_fired = fired[min(fired)]
+            record.choices_cut = len(fired)
+        if sse.error in ("too_large", "truncated"):
+            record.upstream_error = sse.error
+        elif sse.error is not None and record.upstream_error is None:
+            record.upstream_error = "broken"
+
     async def _finish_body(self, data: bytes) -> None:
         if self._sse is not None:
             data += self._sse.flush()
+            self._observe_stream(self._sse)
         elif self._mode == _JSON and self._start is not None:
             await self._send_json_response()
             return
@@ -340,15 +469,26 @@ class _Exchange:
         start, self._start = self._start, None
         body = b"".join(self._json_parts)
         self._json_parts = []
-        try:
-            response = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            response = None
-        if isinstance(response, dict):
-            cut = truncate_response(response, self._automaton, include_stop=self._include_stop)
-            if cut != response:
-                body = json.dumps(cut, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(body) > _PARSE_IN_THREAD_BYTES:
+            body, fired = await anyio.to_thread.run_sync(self._cut_json, body)
+        else:
+            body, fired = self._cut_json(body)
+        if fired and self._record is not None:
+            self._record.stop_fired = fired[0]
+            self._record.choices_cut = len(fired)
         headers = _with_content_length(start.get("headers", []), len(body))
         self._complete = True
         await self._downstream({**start, "headers": headers})
         await self._downstream({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _cut_json(self, body: bytes) -> tuple[bytes, list[str]]:
+        """The body cut at its stops (itself if it is not a JSON object or nothing was cut),
+        and the stops that fired. Pure CPU work: run in a worker thread for large bodies."""
+        try:
+            response = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return body, []
+        if not isinstance(response, dict):
+            return body, []
+        cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)
+        return (_encode_json(cut, compact=True) if fired else body), fired

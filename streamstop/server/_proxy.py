@@ -4,11 +4,27 @@ Put it behind :class:`~streamstop.server.StopMiddleware` (that is ``streamstop p
 backend gets stops of any number, cut without leaks. Rules:
 
 - ``/v1/<rest>`` on the proxy is ``<upstream>/<rest>``, where ``upstream`` is the base URL an
-  OpenAI client would be given (``http://localhost:8001/v1``). Other paths get a 404.
-- The response streams through as it arrives. An upstream error (4xx, 5xx) reaches the client
-  with the same status and an OpenAI-shaped body (passed on if it already is one, wrapped if
-  not); an unreachable upstream is a 502, a timeout a 504. A stream that breaks halfway ends
-  with an SSE ``data: {"error": ...}`` event.
+  OpenAI client would be given (``http://localhost:8001/v1``). Other paths get a 404, and so do
+  paths outside ``routes`` when an allow-list is given.
+- Only paths that stay under the upstream's base are forwarded: a dot segment (``..``, also as
+  ``%2e%2e``), an encoded slash or backslash (``%2f``, ``%5c``), a backslash, a control
+  character (CR, LF, NUL...) in the path or the query is a 400, OpenAI-shaped; the path is
+  forwarded as received (still percent-encoded) and the URL checked to be under the base, so
+  the upstream key never goes anywhere else.
+- An event stream (``text/event-stream``, or any type but JSON when the request asked for
+  ``stream: true``) is forwarded event by event, whole events only: an event cut off by the
+  upstream is never sent. A stream that breaks, stalls past ``timeout``, or sends a line or an
+  event over its limit ends with an SSE ``data: {"error": ...}`` event (``code``:
+  ``upstream_broken``, ``upstream_timeout``, ``upstream_event_too_large``,
+  ``upstream_truncated``) and a clean end.
+- Any other response is read whole first (up to ``RequestLimits.max_response_bytes``): a body
+  that breaks off, or a JSON body (up to ``max_body_bytes``) that does not parse, is a 502, a
+  timeout a 504, both OpenAI-shaped.
+  An upstream error (4xx, 5xx) reaches the client with the same status and an OpenAI-shaped
+  body (passed on if it already is one, wrapped if not); an unreachable upstream is a 502.
+- The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the kind
+  of upstream fault (``timeout``, ``unreachable``, ``broken``, ``truncated``, ``invalid``,
+  ``too_large``, ``status``).
 - The upstream response is closed (shielded, in ``finally``) when the client disconnects, when
   the app is cancelled (the middleware does that after a stop) and at the end.
 
@@ -18,11 +34,17 @@ standard library, so the core stays importable without the ``server`` extra.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 import anyio
+import anyio.to_thread
 
+from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
     Receive,
     Scope,
@@ -35,11 +57,14 @@ from ._asgi import (
     send_json,
     serve_lifespan,
 )
+from ._limits import RequestLimits
+from ._record import RequestRecord, record_of
+from ._request import InvalidRequest, describe, send_invalid
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ProxyApp", "upstream_error_payload"]
+__all__ = ["ProxyApp", "checked_path", "upstream_error_payload"]
 
 # Hop-by-hop headers (RFC 9110, 7.6.1) and those the proxy sets itself.
 _REQUEST_DROP = frozenset(
@@ -72,6 +97,42 @@ _RESPONSE_DROP = frozenset(
         b"server",
     }
 )
+
+
+# Percent-encoded bytes a forwarded path may not hold: "/" and "\\" (they would change the
+# path's segments once decoded), and control characters.
+_BAD_ESCAPE = re.compile(rb"%(?:2f|5c|[01][0-9a-f]|7f)", re.IGNORECASE)
+# Bytes a path or a query may not hold raw: controls, space, backslash, DEL and beyond ASCII.
+_BAD_RAW = re.compile(rb"[\x00-\x20\\\x7f-\xff]")
+_DOT_SEGMENT = re.compile(rb"(?:^|/)\.\.?(?:/|$)")
+# A mislabeled stream's request body is parsed on the loop up to this size, in a thread beyond.
+_PARSE_IN_THREAD_BYTES = 256 * 1024
+
+
+def _bad_path(message: str) -> InvalidRequest:
+    return InvalidRequest(400, message, code="invalid_path")
+
+
+def checked_path(path: str, raw_path: bytes | None, query: bytes) -> bytes:
+    """The path to forward (percent-encoded, as received), or :class:`InvalidRequest` (400)
+    if it could leave the upstream's base or smuggle a control character."""
+    raw = raw_path if raw_path else path.encode("utf-8", "surrogateescape")
+    why = None
+    if (
+        _BAD_RAW.search(raw)
+        or _BAD_RAW.search(query)
+        or any(ord(c) < 0x20 or c in "\x7f\\" for c in path)
+    ):
+        why = "control characters, spaces and backslashes are not allowed"
+    elif _BAD_ESCAPE.search(raw):
+        why = "encoded slashes, backslashes and control characters are not allowed"
+    elif _DOT_SEGMENT.search(unquote_to_bytes(raw)) or _DOT_SEGMENT.search(
+        path.encode("utf-8", "surrogateescape")
+    ):
+        why = "'.' and '..' segments are not allowed"
+    if why is not None:
+        raise _bad_path(f"Invalid request path {describe(raw.decode('latin-1'))}: {why}.")
+    return raw
 
 
 def _snippet(body: bytes, limit: int = 500) -> str:
@@ -114,6 +175,10 @@ class ProxyApp:
     from the upstream, in seconds (a long prefill is silent; ``None``: no limit). Pass your own
     ``httpx.AsyncClient`` as ``client`` to control pooling and TLS; otherwise one is created
     at the first request and closed by :meth:`aclose` or the ASGI lifespan shutdown.
+    ``routes``, if given, are the only proxy paths forwarded (``"/v1/chat/completions"``...);
+    ``limits`` bounds the request body (``max_body_bytes``), whole upstream responses
+    (``max_response_bytes``) and the lines and events of upstream streams; the older
+    ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
     """
 
     def __init__(
@@ -123,7 +188,9 @@ class ProxyApp:
         api_key: str | None = None,
         timeout: float | None = 600.0,
         client: httpx.AsyncClient | None = None,
-        max_body_size: int = 32 * 1024 * 1024,
+        limits: RequestLimits | None = None,
+        routes: Iterable[str] | None = None,
+        max_body_size: int | None = None,
     ) -> None:
         if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
             raise ValueError(
@@ -133,9 +200,17 @@ class ProxyApp:
         self.upstream = upstream.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
-        self.max_body_size = max_body_size
+        limits = limits if limits is not None else RequestLimits()
+        if max_body_size is not None:
+            limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
+        self.limits = limits
+        self.routes = None if routes is None else frozenset(routes)
         self._client = client
         self._owns_client = client is None
+
+    @property
+    def max_body_size(self) -> int:
+        return self.limits.max_body_bytes
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -162,21 +237,29 @@ class ProxyApp:
         if scope["type"] != "http":
             return
         path: str = scope.get("path", "")
-        if path != "/v1" and not path.startswith("/v1/"):
+        query: bytes = scope.get("query_string", b"")
+        try:
+            raw = checked_path(path, scope.get("raw_path"), query)
+        except InvalidRequest as error:
+            await send_invalid(send, error)
+            return
+        if (path != "/v1" and not path.startswith("/v1/")) or (
+            self.routes is not None and path not in self.routes
+        ):
             await send_error(
                 send,
                 404,
-                f"Unknown request URL: {path}: this proxy serves the OpenAI API under /v1.",
+                f"Unknown request URL: {path}: this proxy serves the OpenAI API under /v1"
+                + ("." if self.routes is None else f", routes {sorted(self.routes)}."),
                 code="unknown_url",
             )
             return
-        body = await read_body_or_413(receive, send, self.max_body_size)
+        body = await read_body_or_413(receive, send, self.limits.max_body_bytes)
         if body is None:
             return
-        url = self.upstream + path[len("/v1") :]
-        query: bytes = scope.get("query_string", b"")
+        url = self.upstream + raw[len(b"/v1") :].decode("ascii")
         if query:
-            url += "?" + query.decode("latin-1")
+            url += "?" + query.decode("ascii")
         headers = [
             (key, value)
             for key, value in scope.get("headers", [])
@@ -187,73 +270,241 @@ class ProxyApp:
         if self.api_key is not None:
             headers.append((b"authorization", f"Bearer {self.api_key}".encode()))
         client = self._get_client()
-        request = client.build_request(scope["method"], url, headers=headers, content=body)
-        await call_until_disconnect(receive, lambda: self._forward(client, request, send))
+        try:
+            request = client.build_request(scope["method"], url, headers=headers, content=body)
+        except ValueError:  # httpx.InvalidURL and header errors: what the checks above missed
+            request = None
+        if request is None or not self._under_base(request.url):
+            await send_invalid(send, _bad_path(f"Invalid request path: {path!r}."))
+            return
+        exchange = _Exchange(self, request, body, send, record_of(scope))
+        await call_until_disconnect(receive, lambda: exchange.forward(client))
 
-    async def _forward(self, client: httpx.AsyncClient, request: httpx.Request, send: Send) -> None:
+    def _under_base(self, url: httpx.URL) -> bool:
         import httpx
 
+        base = httpx.URL(self.upstream)
+        return (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port) and (
+            url.raw_path.split(b"?")[0] + b"/"
+        ).startswith(base.raw_path.rstrip(b"/") + b"/")
+
+
+def _error_event(message: str, code: str) -> bytes:
+    return encode_event(error_payload(message, type="server_error", code=code))
+
+
+def _is_whole_event(pending: bytes) -> bool:
+    """Whether the bytes left at the end of a stream are an event missing only its blank line."""
+    decoder = SSEDecoder()
+    decoder.feed(pending)
+    event = decoder.flush()
+    return event is None or is_whole(event)
+
+
+def _asks_for_stream(body: bytes) -> bool:
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(request, dict) and request.get("stream") is True
+
+
+class _Exchange:
+    """One forwarded request: the upstream's answer relayed, faults turned into errors."""
+
+    def __init__(
+        self,
+        proxy: ProxyApp,
+        request: httpx.Request,
+        body: bytes,
+        send: Send,
+        record: RequestRecord | None,
+    ) -> None:
+        self._proxy = proxy
+        self._request = request
+        self._body = body
+        self._send = send
+        self._record = record
+        self._kind: str | None = None  # the upstream's fault, if any
+
+    def _fault(self, kind: str) -> None:
+        self._kind = kind
+        if self._record is not None:
+            self._record.upstream_error = kind
+
+    async def forward(self, client: httpx.AsyncClient) -> None:
+        import httpx
+
+        upstream = self._proxy.upstream
         try:
-            response = await client.send(request, stream=True)
+            response = await client.send(self._request, stream=True)
         except httpx.TimeoutException as error:
+            self._fault("timeout")
             await send_error(
-                send,
+                self._send,
                 504,
-                f"The upstream {self.upstream} did not answer in time: {type(error).__name__}.",
+                f"The upstream {upstream} did not answer in time: {type(error).__name__}.",
                 type="server_error",
                 code="upstream_timeout",
             )
             return
         except httpx.HTTPError as error:
+            self._fault("unreachable")
             await send_error(
-                send,
+                self._send,
                 502,
-                f"Could not reach the upstream {self.upstream}: {type(error).__name__}: {error}",
+                f"Could not reach the upstream {upstream}: {type(error).__name__}: {error}",
                 type="server_error",
                 code="upstream_unreachable",
             )
             return
         try:
-            await self._relay(response, send)
+            await self._relay(response)
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
-    async def _relay(self, response: httpx.Response, send: Send) -> None:
-        import httpx
-
+    async def _relay(self, response: httpx.Response) -> None:
         status = response.status_code
-        if status >= 400:
-            try:
-                body = await response.aread()
-            except httpx.HTTPError:
-                body = b""
-            await send_json(send, status, upstream_error_payload(status, body))
-            return
         raw_headers = response.headers.raw
+        content_type = (header(raw_headers, b"content-type") or b"").lower()
+        if status >= 400:
+            self._fault("status")
+            body = await self._read(response)
+            payload = upstream_error_payload(status, body if body is not None else b"")
+            await send_json(self._send, status, payload)
+            return
         encoded = (header(raw_headers, b"content-encoding") or b"identity").lower() != b"identity"
         headers = [
             (key, value)
             for key, value in raw_headers
             if key.lower() not in _RESPONSE_DROP
-            # aiter_bytes() decodes: the length and encoding of the body change.
-            and not (encoded and key.lower() in (b"content-encoding", b"content-length"))
+            and key.lower() != b"content-length"
+            # aiter_bytes() decodes: the encoding of the body changes.
+            and not (encoded and key.lower() == b"content-encoding")
         ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        if content_type.startswith(b"text/event-stream") or (
+            not content_type.startswith(b"application/json") and await self._asks_for_stream()
+        ):
+            await self._relay_events(response, status, headers)
+        else:
+            await self._relay_whole(response, status, headers, content_type)
+
+    async def _asks_for_stream(self) -> bool:
+        if len(self._body) > _PARSE_IN_THREAD_BYTES:
+            return await anyio.to_thread.run_sync(_asks_for_stream, self._body)
+        return _asks_for_stream(self._body)
+
+    async def _read(self, response: httpx.Response) -> bytes | None:
+        """The whole body, or ``None`` (the fault recorded) if it broke off or was too large."""
+        import httpx
+
+        limit = self._proxy.limits.max_response_bytes
+        parts: list[bytes] = []
+        size = 0
         try:
             async for piece in response.aiter_bytes():
-                if piece:
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-        except httpx.HTTPError as error:
-            tail = b""
-            content_type = header(raw_headers, b"content-type") or b""
-            if content_type.startswith(b"text/event-stream"):
-                payload = error_payload(
-                    f"The upstream stream broke off: {type(error).__name__}: {error}",
-                    type="server_error",
-                    code="upstream_broken",
-                )
-                tail = b"\n\ndata: " + json.dumps(payload).encode() + b"\n\n"
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
+                size += len(piece)
+                if size > limit:
+                    self._fault("too_large")
+                    return None
+                parts.append(piece)
+        except httpx.TimeoutException:
+            self._fault("timeout")
+            return None
+        except httpx.HTTPError:
+            self._fault("truncated")
+            return None
+        return b"".join(parts)
+
+    async def _relay_whole(
+        self,
+        response: httpx.Response,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        content_type: bytes,
+    ) -> None:
+        upstream = self._proxy.upstream
+        body = await self._read(response)
+        if body is not None and content_type.startswith(b"application/json"):
+            # Checked up to the size a request may have: the parse holds the GIL, beyond that
+            # only the body's completeness is checked (by httpx, against its framing).
+            if len(body) > self._proxy.limits.max_body_bytes:
+                valid = True
+            elif len(body) > _PARSE_IN_THREAD_BYTES:
+                valid = await anyio.to_thread.run_sync(_parses, body)
+            else:
+                valid = _parses(body)
+            if not valid:
+                self._fault("invalid")
+                body = None
+        if body is None:
+            timeout = self._kind == "timeout"
+            await send_error(
+                self._send,
+                504 if timeout else 502,
+                f"The upstream {upstream} "
+                + (
+                    "did not finish its response in time."
+                    if timeout
+                    else "sent an incomplete, invalid or oversized response."
+                ),
+                type="server_error",
+                code="upstream_timeout" if timeout else "upstream_bad_response",
+            )
             return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _relay_events(
+        self, response: httpx.Response, status: int, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        import httpx
+
+        limits = self._proxy.limits
+        splitter = EventSplitter(
+            max_line_bytes=limits.max_sse_line_bytes, max_event_bytes=limits.max_sse_event_bytes
+        )
+        send = self._send
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        tail = b""
+        try:
+            async for piece in response.aiter_bytes():
+                out = splitter.feed(piece)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except SSEFrameTooLarge as error:
+            self._fault("too_large")
+            tail = _error_event(f"The upstream sent {error}.", "upstream_event_too_large")
+        except httpx.TimeoutException as error:
+            self._fault("timeout")
+            tail = _error_event(
+                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
+            )
+        except httpx.HTTPError as error:
+            self._fault("broken")
+            tail = _error_event(
+                f"The upstream stream broke off: {type(error).__name__}.",
+                "upstream_broken",
+            )
+        else:
+            pending = splitter.pending
+            if pending.strip(b"\r\n"):
+                if _is_whole_event(pending):
+                    tail = pending + b"\n\n"
+                else:
+                    self._fault("truncated")
+                    tail = _error_event(
+                        "The upstream stream ended in the middle of an event.",
+                        "upstream_truncated",
+                    )
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _parses(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return True

@@ -13,7 +13,16 @@ from streamstop.server import EchoModel, ProxyApp, StopMiddleware
 
 from ..public_api import public_definitions
 
-PRIVATE_MODULES = ["_asgi", "_commands", "_echo", "_middleware", "_proxy"]
+PRIVATE_MODULES = [
+    "_asgi",
+    "_commands",
+    "_echo",
+    "_limits",
+    "_middleware",
+    "_proxy",
+    "_record",
+    "_request",
+]
 # The operations layer: probes and metrics, client keys, deadlines, logging, the worker factory.
 PRIVATE_MODULES += ["_app", "_auth", "_deadline", "_logging", "_observe", "_protocol"]
 

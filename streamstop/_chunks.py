@@ -1,0 +1,321 @@
+"""ChunkFilter and truncate_response: stop strings applied to OpenAI chat and completion chunks.
+
+Rules of this module (everything about chunks and choices lives here; sans-I/O, no anyio):
+
+- One :class:`~streamstop.StopBuffer` per choice ``index``, created when the index is first
+  seen; choices are independent (``n > 1`` works). The text field is ``choices[i].delta.content``
+  for chat chunks and ``choices[i].text`` for legacy completions; nothing else is rewritten.
+- A chunk whose text comes out unchanged is returned *as it is* (the same object). A chunk that
+  changes is a copy: dicts are copied where rewritten, ``openai`` client objects (pydantic
+  models) through their ``model_copy``. Caller's chunks are never mutated.
+- Text that could still become a stop is held and goes out with a later chunk of its choice.
+  With stop ``"</s>"``, chunks ``"Hi<"`` and ``"/s>junk"`` become ``"Hi"`` and ``""`` with
+  ``finish_reason: "stop"``; chunks ``"Hi<"`` and ``"3"`` become ``"Hi"`` and ``"<3"``. A
+  choice whose text is all held and that carries nothing else is left out of its chunk.
+- Once a choice completes a stop, that chunk carries its last text and ``finish_reason: "stop"``;
+  later chunks of that choice are dropped (a chunk left with no choices and no ``usage`` is
+  dropped whole). When the upstream finishes a choice itself (``"length"``, ``"stop"``), the
+  held text is released into that chunk, before its ``finish_reason``.
+- At the end of the upstream, held text of unfinished choices goes out in synthesized chunks
+  (one per choice, built from the last chunk of that choice, ``finish_reason: null``).
+- Chunks without text for a live choice (the role, tool calls) and chunks without choices
+  (usage, errors) pass through unchanged and in order.
+- Closing early: with ``n`` (the number of choices requested) the filter is :attr:`done` once
+  all ``n`` choices have finished and at least one was cut by a stop; the upstream may then be
+  closed, the model stops generating. Without ``n`` there is no telling whether another choice
+  will come, so the stream runs to the upstream's end (the output is the same, only later).
+  An early close loses what the upstream would have sent after: a final ``usage`` chunk.
+
+Logprobs are passed along with the chunk they came in and are not realigned with the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+from ._automaton import StopAutomaton, Stops
+from ._buffer import StopBuffer
+
+__all__ = ["ChunkFilter", "ChunkT", "check_n", "cut_response", "truncate_response"]
+
+ChunkT = TypeVar("ChunkT")
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    """A copy of ``obj`` with fields changed: a new dict, or a pydantic ``model_copy``."""
+    if isinstance(obj, Mapping):
+        return {**obj, **changes}
+    model_copy = getattr(obj, "model_copy", None)
+    if model_copy is None:
+        raise TypeError(
+            f"chunks must be dicts or pydantic models (like the openai client's), "
+            f"got {type(obj).__name__}: {obj!r}"
+        )
+    return model_copy(update=changes)
+
+
+def _blank_like(obj: Any, **fields: Any) -> Any:
+    """A new object of ``obj``'s kind holding only ``fields``."""
+    if isinstance(obj, Mapping):
+        return dict(fields)
+    model_validate = getattr(type(obj), "model_validate", None)
+    if model_validate is None:
+        return _replace(obj, **fields)
+    return model_validate(fields)
+
+
+def _set_fields(obj: Any) -> set[str]:
+    """The names of the fields of ``obj`` that are not ``None`` (none for ``None``)."""
+    if obj is None:
+        return set()
+    if isinstance(obj, Mapping):
+        return {key for key, value in obj.items() if value is not None}
+    model_dump = getattr(obj, "model_dump", None)
+    if model_dump is None:
+        return {"<unknown>"}
+    return set(model_dump(exclude_none=True))
+
+
+def check_n(n: int | None) -> int | None:
+    """``n`` itself if it is ``None`` or a positive int (a number of choices), else ValueError."""
+    if n is None:
+        return None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be None or a positive int (the number of choices), got {n!r}")
+    return n
+
+
+class ChunkFilter(Generic[ChunkT]):
+    """Sans-I/O stop filter for a stream of OpenAI chat or completion chunks.
+
+    Chunks are dicts (parsed SSE JSON) or the ``openai`` client's chunk objects:
+
+    >>> chunks = ChunkFilter(["</s>"], n=1)
+    >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "Hi<"}}]})
+    {'choices': [{'index': 0, 'delta': {'content': 'Hi'}}]}
+    >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "/s>junk"}}]})
+    {'choices': [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'stop'}]}
+    >>> chunks.done, chunks.stop_strings
+    (True, {0: '</s>'})
+
+    :meth:`feed` returns the chunk to send now, or ``None`` when nothing is left of it;
+    :meth:`flush` ends the input and returns chunks for the text still held.
+    """
+
+    __slots__ = (
+        "_automaton",
+        "_buffers",
+        "_finished",
+        "_flushed",
+        "_include_stop",
+        "_n",
+        "_stop_strings",
+        "_templates",
+    )
+
+    def __init__(
+        self,
+        stops: Stops | StopAutomaton,
+        *,
+        n: int | None = None,
+        include_stop: bool = False,
+    ) -> None:
+        self._automaton = StopAutomaton.from_stops(stops)
+        self._n = check_n(n)
+        self._include_stop = bool(include_stop)
+        self._buffers: dict[int, StopBuffer] = {}
+        # The last chunk and choice seen for each choice index: templates for flush().
+        self._templates: dict[int, tuple[Any, Any]] = {}
+        self._finished: set[int] = set()
+        self._stop_strings: dict[int, str] = {}
+        self._flushed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<ChunkFilter n={self._n!r}, finished={sorted(self._finished)!r}, "
+            f"stops={list(self._automaton.stops)!r}>"
+        )
+
+    @property
+    def automaton(self) -> StopAutomaton:
+        return self._automaton
+
+    @property
+    def n(self) -> int | None:
+        """The number of choices expected, if known."""
+        return self._n
+
+    @property
+    def stop_strings(self) -> dict[int, str]:
+        """The stop that cut each choice, by choice index (choices not cut are absent)."""
+        return dict(self._stop_strings)
+
+    @property
+    def finished(self) -> frozenset[int]:
+        """Indexes of the choices that will emit nothing more (cut, or finished upstream)."""
+        return frozenset(self._finished)
+
+    @property
+    def done(self) -> bool:
+        """Whether the upstream may be closed: all ``n`` choices finished, at least one cut."""
+        return self._n is not None and bool(self._stop_strings) and len(self._finished) >= self._n
+
+    def held(self, index: int) -> str:
+        """The text held back for choice ``index`` (``""`` if none)."""
+        buffer = self._buffers.get(index)
+        return buffer.held if buffer is not None else ""
+
+    def feed(self, chunk: ChunkT) -> ChunkT | None:
+        """Take the next chunk; return it, rewritten if need be, or ``None`` to drop it."""
+        if self._flushed:
+            raise RuntimeError(f"ChunkFilter.feed({chunk!r}) called after flush()")
+        choices = _get(chunk, "choices")
+        if not isinstance(choices, list) or not choices:
+            return chunk
+        kept: list[Any] = []
+        changed = False
+        for choice in choices:
+            index = _get(choice, "index")
+            if index is None:
+                index = 0
+            if not isinstance(index, int) or isinstance(index, bool):
+                kept.append(choice)  # not ours to judge
+                continue
+            if index in self._finished:
+                changed = True  # past the end of its choice: dropped
+                continue
+            rewritten = self._feed_choice(index, chunk, choice)
+            changed = changed or rewritten is not choice
+            if rewritten is not None:
+                kept.append(rewritten)
+        if not changed:
+            return chunk
+        if not kept and _get(chunk, "usage") is None:
+            return None
+        result: ChunkT = _replace(chunk, choices=kept)
+        return result
+
+    def _feed_choice(self, index: int, chunk: Any, choice: Any) -> Any:
+        buffer = self._buffers.get(index)
+        if buffer is None:
+            buffer = self._buffers[index] = StopBuffer(
+                self._automaton, include_stop=self._include_stop
+            )
+        self._templates[index] = (chunk, choice)
+        delta = _get(choice, "delta")
+        text = _get(delta, "content") if delta is not None else _get(choice, "text")
+        piece: str | None = None
+        if isinstance(text, str) and text:
+            piece = buffer.feed(text)
+            if buffer.stopped:
+                self._finished.add(index)
+                self._stop_strings[index] = buffer.stop_string or ""
+                return self._rewrite(choice, delta, piece, "stop")
+        finish_reason = _get(choice, "finish_reason")
+        if finish_reason is not None:
+            self._finished.add(index)
+            tail = buffer.flush()
+            if tail:
+                piece = (piece or "") + tail
+        if piece is None or piece == text:
+            return choice
+        if not piece and finish_reason is None and _set_fields(delta) <= {"content"}:
+            return None  # all of its text is held, and it carries nothing else
+        return self._rewrite(choice, delta, piece, finish_reason)
+
+    @staticmethod
+    def _rewrite(choice: Any, delta: Any, text: str, finish_reason: Any) -> Any:
+        changes: dict[str, Any] = {} if finish_reason is None else {"finish_reason": finish_reason}
+        if delta is not None:
+            return _replace(choice, delta=_replace(delta, content=text), **changes)
+        return _replace(choice, text=text, **changes)
+
+    def flush(self) -> list[ChunkT]:
+        """End of the upstream: chunks carrying the text still held, by choice index.
+
+        Calling it twice is harmless (the second call returns ``[]``).
+        """
+        if self._flushed:
+            return []
+        self._flushed = True
+        out: list[ChunkT] = []
+        for index in sorted(self._buffers):
+            if index in self._finished:
+                continue
+            self._finished.add(index)
+            tail = self._buffers[index].flush()
+            if tail:
+                out.append(self._synthesize(index, tail))
+        return out
+
+    def _synthesize(self, index: int, text: str) -> Any:
+        chunk, choice = self._templates[index]
+        delta = _get(choice, "delta")
+        if delta is not None:
+            choice = _replace(
+                choice,
+                delta=_blank_like(delta, content=text),
+                finish_reason=None,
+                logprobs=None,
+            )
+        else:
+            choice = _replace(choice, text=text, finish_reason=None, logprobs=None)
+        if _get(chunk, "usage") is not None:
+            return _replace(chunk, choices=[choice], usage=None)
+        return _replace(chunk, choices=[choice])
+
+
+# -- whole responses ---------------------------------------------------------------------------
+
+
+def truncate_response(
+    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+) -> dict[str, Any]:
+    """Cut each choice of a non-streaming chat or completion response at its first stop.
+
+    Returns a new dict (the argument is not modified); a choice that was cut gets
+    ``finish_reason: "stop"``. ``message.content`` (chat) or ``text`` (completions) is cut.
+
+    >>> truncate_response({"choices": [{"index": 0, "text": "Hi</s>junk"}]}, "</s>")
+    {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop'}]}
+    """
+    return cut_response(response, stops, include_stop=include_stop)[0]
+
+
+def cut_response(
+    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order.
+
+    >>> cut_response({"choices": [{"index": 0, "text": "a.b"}, {"text": "c"}]}, ".")[1]
+    ['.']
+    """
+    automaton = StopAutomaton.from_stops(stops)
+    choices = response.get("choices")
+    if not isinstance(choices, list):
+        return dict(response), []
+    fired: list[str] = []
+    new_choices: list[Any] = []
+    for choice in choices:
+        if not isinstance(choice, Mapping):
+            new_choices.append(choice)
+            continue
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+        match = automaton.find(text) if isinstance(text, str) else None
+        if match is not None:
+            fired.append(match.stop)
+            cut = str(text)[: match.end if include_stop else match.start]
+            if isinstance(message, Mapping):
+                choice = {**choice, "message": {**message, "content": cut}, "finish_reason": "stop"}
+            else:
+                choice = {**choice, "text": cut, "finish_reason": "stop"}
+        new_choices.append(choice)
+    return {**response, "choices": new_choices}, fired

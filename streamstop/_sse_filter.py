@@ -1,0 +1,273 @@
+"""SSEFilter: stop strings applied to the bytes of an OpenAI streaming response, sans-I/O.
+
+Rules of this module (framing in :mod:`._sse`, chunks in :mod:`._chunks`; here what a stream of
+events becomes):
+
+- An unchanged event passes byte for byte; a rewritten one is re-encoded by the one encoder.
+- The stream ends at ``data: [DONE]`` (the held text goes out first: the model finished), at an
+  error event, at a frame over its limit, or when every choice is over.
+- An upstream fault never lets held text out: after an error event, or a line or event over
+  its limit, the text held back (a possible beginning of a stop) is dropped, and the stream
+  ends with the error event.
+- With ``include_usage`` (the request's ``stream_options.include_usage``), a stream cut by a
+  stop still ends with a usage chunk (``choices: []``), since the upstream's own will never
+  come: ``completion_tokens`` is the number of (event, choice) pairs received with non-empty
+  text, up to and including the one that completed the stop; ``prompt_tokens`` is the
+  upstream's, if any of its chunks carried ``usage``, else ``null`` (and ``total_tokens`` too):
+  numbers are never made up.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._automaton import StopAutomaton, Stops
+from ._chunks import ChunkFilter
+from ._sse import (
+    DONE_EVENT,
+    RawEvent,
+    SSEDecoder,
+    SSEFrameTooLarge,
+    encode_event,
+    event_data,
+    is_whole,
+    parse_field,
+)
+
+__all__ = ["SSEFilter"]
+
+# The fields of a chunk copied into the usage chunk sent after a cut.
+_HEAD_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
+
+
+def _text_count(chunk: dict[str, Any]) -> int:
+    """How many choices of ``chunk`` carry non-empty text."""
+    count = 0
+    for choice in chunk.get("choices") or ():
+        if isinstance(choice, dict):
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            count += isinstance(text, str) and bool(text)
+    return count
+
+
+class SSEFilter:
+    """Sans-I/O stop filter for the bytes of an OpenAI streaming response (server-sent events).
+
+    :meth:`feed` takes body bytes, split anywhere, and returns the bytes to send now;
+    :meth:`flush` ends the body. Events are separated by a blank line (``\\n``, ``\\r\\n`` or
+    ``\\r`` line ends). ``data:`` events holding a JSON chunk go through a
+    :class:`ChunkFilter`; an event that is unchanged is passed on byte for byte, a rewritten one
+    is sent as a single ``data:`` line (its other fields, ``event:`` or ``id:``, kept); comments,
+    other events and data that is not JSON pass through.
+
+    ``data: [DONE]`` ends the stream, releasing the held text first. An error event
+    (``data: {"error": ...}``) ends it too, dropping the held text (see the module's rules).
+    Once :attr:`done`, the response is over: after all choices stopped the filter sends
+    ``data: [DONE]`` itself; later bytes are dropped; the caller should end the response and
+    close the upstream. A line over ``max_line_bytes`` or an event over ``max_event_bytes`` ends
+    the stream with an error event (``code: "upstream_event_too_large"``); :attr:`error` says so.
+
+    >>> sse = SSEFilter("</s>", n=1)
+    >>> sse.feed(b'data: {"choices":[{"index":0,"delta":{"content":"Hi</s>"}}]}\\n\\ndata: [DO')
+    b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}\\n\\ndata: [DONE]\\n\\n'
+    >>> sse.done
+    True
+    """  # noqa: E501
+
+    __slots__ = (
+        "_chunks",
+        "_completion_tokens",
+        "_decoder",
+        "_done",
+        "_error",
+        "_head",
+        "_include_usage",
+        "_prompt_tokens",
+    )
+
+    def __init__(
+        self,
+        stops: Stops | StopAutomaton,
+        *,
+        n: int | None = None,
+        include_stop: bool = False,
+        include_usage: bool = False,
+        max_line_bytes: int | None = None,
+        max_event_bytes: int | None = None,
+    ) -> None:
+        self._chunks: ChunkFilter[Any] = ChunkFilter(stops, n=n, include_stop=include_stop)
+        self._decoder = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
+        self._done = False
+        self._error: str | None = None
+        self._include_usage = bool(include_usage)
+        self._completion_tokens = 0
+        self._prompt_tokens: int | None = None
+        self._head: dict[str, Any] = {}
+
+    @property
+    def chunks(self) -> ChunkFilter[Any]:
+        """The chunk filter, with its per-choice state."""
+        return self._chunks
+
+    @property
+    def done(self) -> bool:
+        """Whether the response is complete: later input is discarded."""
+        return self._done
+
+    @property
+    def error(self) -> str | None:
+        """Why the stream ended in error, if it did: ``"upstream"`` (an error event came, or
+        :meth:`fail` was called), ``"too_large"`` (a line or event over its limit) or
+        ``"truncated"`` (the body ended in the middle of an event)."""
+        return self._error
+
+    def feed(self, data: bytes) -> bytes:
+        """Take the next piece of the body; return the bytes that may be sent now."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
+        if self._done:
+            return b""
+        try:
+            events = self._decoder.feed(data)
+        except SSEFrameTooLarge as error:
+            out = self._events(error.events)
+            return out + self._too_large(error)
+        if len(events) == 1:  # the usual read: one event, no list to join
+            return self._event(events[0])
+        return self._events(events)
+
+    def flush(self) -> bytes:
+        """End of the body: the last event, then chunks for the text still held.
+
+        An event missing its final blank line is taken as complete if its data is JSON (or
+        ``[DONE]``); one cut off ends the stream in error (``upstream_truncated``), dropping the
+        held text. Idempotent.
+        """
+        if self._done:
+            return b""
+        last = self._decoder.flush()
+        if last is not None and not is_whole(last):
+            self._error = "truncated"
+            return self.fail(
+                {
+                    "error": {
+                        "message": "The upstream stream ended in the middle of an event.",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "upstream_truncated",
+                    }
+                }
+            )
+        out = self._events([last]) if last is not None else b""
+        if not self._done:
+            self._done = True
+            out += self._held_events()
+        return out
+
+    def fail(self, payload: dict[str, Any]) -> bytes:
+        """End the stream in error (the upstream broke): the held text is dropped, ``payload``
+        goes out as the last event. Returns ``b""`` if the stream was over already."""
+        if self._done:
+            return b""
+        self._done = True
+        self._error = self._error or "upstream"
+        self._chunks.flush()
+        return encode_event(payload)
+
+    def _too_large(self, error: SSEFrameTooLarge) -> bytes:
+        if self._done:
+            return b""
+        payload = {
+            "error": {
+                "message": f"The upstream sent {error}.",
+                "type": "server_error",
+                "param": None,
+                "code": "upstream_event_too_large",
+            }
+        }
+        out = self.fail(payload)
+        self._error = "too_large"
+        return out
+
+    def _held_events(self) -> bytes:
+        """End the chunk filter: events carrying the text it still holds."""
+        return b"".join(encode_event(chunk) for chunk in self._chunks.flush())
+
+    def _events(self, events: list[RawEvent]) -> bytes:
+        out: list[bytes] = []
+        for event in events:
+            if self._done:
+                break
+            out.append(self._event(event))
+        return b"".join(out)
+
+    def _event(self, event: RawEvent) -> bytes:
+        raw, lines = event
+        if len(lines) == 1 and lines[0].startswith(b"data: "):
+            # The usual event, one data line: no field list to build.
+            fields = None
+            data: bytes | None = lines[0][6:]
+        else:
+            fields = [parse_field(line) for line in lines]
+            data = event_data(fields)
+        if data is None:
+            return raw
+        if data.strip() == b"[DONE]":
+            self._done = True
+            return self._held_events() + raw
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return raw
+        if not isinstance(chunk, dict):
+            return raw
+        if "error" in chunk and "choices" not in chunk:
+            # The upstream failed: what is held may be the start of a stop, so it is dropped.
+            self.fail(chunk)
+            return raw
+        if self._include_usage:
+            self._count(chunk)
+        out = self._chunks.feed(chunk)
+        if out is chunk:
+            result = raw
+        elif out is None:
+            result = b""
+        else:
+            others = (
+                [line for line, (name, _) in zip(lines, fields, strict=True) if name != b"data"]
+                if fields is not None
+                else []
+            )
+            result = encode_event(out, others)
+        if self._chunks.done:
+            self._done = True
+            if self._include_usage:
+                result += encode_event(self._usage_chunk())
+            result += DONE_EVENT
+        return result
+
+    def _count(self, chunk: dict[str, Any]) -> None:
+        self._completion_tokens += _text_count(chunk)
+        for name in _HEAD_FIELDS:
+            if name in chunk:
+                self._head[name] = chunk[name]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            prompt = usage.get("prompt_tokens")
+            if isinstance(prompt, int) and not isinstance(prompt, bool):
+                self._prompt_tokens = prompt
+
+    def _usage_chunk(self) -> dict[str, Any]:
+        prompt = self._prompt_tokens
+        completion = self._completion_tokens
+        return {
+            **self._head,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": None if prompt is None else prompt + completion,
+            },
+        }
