@@ -129,24 +129,33 @@ def render(
         "*Cold*: a new automaton for each round, nothing memoized, run once over the measured "
         "text (its memo fills during the run, as a freshly started server's does). The floors "
         "make one call per token and nothing else (no output, no hold). A slow peer is timed on "
-        "the first streams only (tokens per round in the last column).",
+        "the first streams only (listed below the table).",
         "",
     ]
     rows = []
+    partial = []
     for name in ORDER:
         cells = [LABELS[name]]
-        tokens = set()
         for result in per_token:
             timing = result.timings.get(name)
-            if timing is None:
-                cells.append("-")
-                continue
-            tokens.add(timing.units)
-            cells.append(f"{ns(timing.best)} ({ns(timing.median)})")
-        cells.append("/".join(f"{t:,}" for t in sorted(tokens)))
+            cells.append("-" if timing is None else f"{ns(timing.best)} ({ns(timing.median)})")
+            if timing is not None and timing.units < result.tokens:
+                partial.append(f"{LABELS[name]} at {result.stops} stops on {timing.units:,}")
         rows.append(cells)
-    header = ["candidate"] + [f"{r.stops} stops ({r.longest_stop})" for r in per_token]
-    parts += [table([*header, "tokens per round"], rows), ""]
+    header = ["candidate"] + [f"{r.stops} stops (longest {r.longest_stop})" for r in per_token]
+    parts += [
+        table(header, rows),
+        "",
+        "Tokens per round: "
+        + ", ".join(f"{r.tokens:,} at {r.stops} stops" for r in per_token)
+        + (
+            " (the planted stops differ); timed on the first streams only: " + "; ".join(partial)
+            if partial
+            else ""
+        )
+        + ".",
+        "",
+    ]
     parts += [
         "Over the cold StopBuffer (the rescan peer and the replay are outside every headline "
         "ratio):",
@@ -228,7 +237,9 @@ def render(
                     str(m.stops),
                     f"{m.automaton_bytes / 1024:,.0f} KiB",
                     f"{m.automaton_bytes / m.stop_chars:,.0f} B",
-                    f"+{m.memo_bytes / 1024:,.0f} KiB ({m.memo_tokens:,} tokens)",
+                    f"+{m.memo_bytes / 1024:,.0f} KiB ({m.memo_tokens:,} tokens)"
+                    if m.memo_bytes >= 0
+                    else "-",
                     f"{m.bytes_per_stream['ours']:,.0f} B",
                     f"{m.bytes_per_stream['fixed_hold']:,.0f} B",
                     f"{m.bytes_per_stream['ac_prefixes']:,.0f} B",
@@ -246,7 +257,9 @@ def render(
     for profiled in profiles:
         parts += [
             f"{profiled.stops} stops, {profiled.tokens:,} tokens: {profiled.arrive_held:.1%} of "
-            f"tokens arrive while a partial stop is held; {profiled.new_pairs:.1%} are a (held "
+            f"tokens arrive while a partial stop is held; {profiled.root_disjoint:.1%} arrive "
+            "with nothing held and contain no stop's first character (one C-level "
+            f"`frozenset.isdisjoint` could pass them on); {profiled.new_pairs:.1%} are a (held "
             "text, token) pair the run had not met before.",
             "",
             table(
@@ -254,6 +267,16 @@ def render(
                 [
                     [f"`{name}`", f"{calls:,}", f"{own * 1000:.1f} ms", f"{cum * 1000:.1f} ms"]
                     for name, calls, own, cum in profiled.top
+                ],
+            ),
+            "",
+            f"StopStream, {profiled.stops} stops, cold, on asyncio:",
+            "",
+            table(
+                ["function", "calls", "own time", "cumulative"],
+                [
+                    [f"`{name}`", f"{calls:,}", f"{own * 1000:.1f} ms", f"{cum * 1000:.1f} ms"]
+                    for name, calls, own, cum in profiled.stream_top
                 ],
             ),
             "",
