@@ -134,7 +134,8 @@ def environment(*packages: str) -> dict[str, str]:
     """Where the numbers come from: commit, machine, Python, versions, and how busy it was."""
     try:
         commit = _git("rev-parse", "--short", "HEAD")
-        if _git("status", "--porcelain", "--", "streamstop", "benchmarks"):
+        # The results themselves do not count: a run rewrites them.
+        if _git("status", "--porcelain", "--", "streamstop", "benchmarks", ":!benchmarks/results"):
             commit += " (with uncommitted changes)"
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
