@@ -301,6 +301,8 @@ def plot(
     written = []
     counts = [r.stops for r in per_token]
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    # More lines than the default cycle has colours: one colour each.
+    ax.set_prop_cycle(color=[*_TAB10, "black", "#ff00ff"])
     for name in ORDER:
         points = [(r.stops, r.timings[name].best) for r in per_token if name in r.timings]
         ax.plot(
@@ -346,6 +348,21 @@ def plot(
         ax.legend(fontsize=8)
     written.append(_save(fig, out / f"{PREFIX}_async.png"))
     return written
+
+
+# matplotlib's "tab10" colours.
+_TAB10 = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def _log_axes(ax: Any, counts: Sequence[int], ylabel: str, title: str) -> None:
