@@ -32,6 +32,7 @@ from streamstop import StopAutomaton, StopBuffer
 
 __all__ = [
     "PEERS",
+    "AhoCorasickPrefixes",
     "AhoCorasickRs",
     "Filter",
     "FixedHold",
@@ -452,12 +453,90 @@ class AhoCorasickRs(_SuffixHold):
         return self._emit(text)
 
 
+class AhoCorasickPrefixes:
+    __slots__ = ("_held", "_iter", "_starts", "stop_string", "stopped")
+
+    def __init__(self, iterate: Callable[[str], object], starts: frozenset[str]) -> None:
+        self._iter = iterate
+        self._starts = starts
+        self._held = ""
+        self.stopped = False
+        self.stop_string: str | None = None
+
+    @classmethod
+    def prepare(cls, stops: Sequence[str]) -> Factory:
+        import ahocorasick
+
+        automaton = ahocorasick.Automaton()
+        stop_set = frozenset(stops)
+        for keyword in _proper_prefixes(stops) | stop_set:
+            automaton.add_word(keyword, (len(keyword), keyword in stop_set))
+        automaton.make_automaton()
+        iterate = automaton.iter
+        starts = frozenset(stop[0] for stop in stops)
+
+        def make() -> Filter:
+            return cls(iterate, starts)
+
+        return make
+
+    @property
+    def held(self) -> str:
+        return self._held
+
+    def feed(self, chunk: str) -> str:
+        if self.stopped:
+            return ""
+        held = self._held
+        if not held:
+            if self._starts.isdisjoint(chunk):
+                return chunk
+            text = chunk
+        else:
+            text = held + chunk
+        last = len(text) - 1
+        hold = 0
+        stop_end = stop_length = -1
+        # Matches come in order of their (inclusive) last index, the longest first at each. No
+        # stop ends inside the held text (it would have stopped the stream already).
+        for end, (length, is_stop) in self._iter(text):  # type: ignore[attr-defined]
+            if stop_end >= 0 and end != stop_end:
+                break
+            if is_stop:
+                if length > stop_length:
+                    stop_end, stop_length = end, length
+            elif end == last and not hold:
+                hold = length
+        if stop_end >= 0:
+            start = stop_end + 1 - stop_length
+            self.stopped = True
+            self.stop_string = text[start : stop_end + 1]
+            self._held = ""
+            return text[:start]
+        if hold:
+            self._held = text[-hold:]
+            return text[:-hold]
+        self._held = ""
+        return text
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
 # name -> (label, prepare): build the shared tables for a stop set, get a per-stream factory.
 PEERS: dict[str, tuple[str, Callable[[Sequence[str]], Factory]]] = {
     "ours": ("streamstop StopBuffer", prepare_ours),
-    "fixed_hold": ("(a) fixed hold, str.find (vLLM)", FixedHold.prepare),
-    "per_stop": ("(b) per-stop partial scan (llama.cpp)", PerStopPartial.prepare),
+    "fixed_hold": ("(a) fixed hold, vLLM's rule (Python reimpl.)", FixedHold.prepare),
+    "per_stop": (
+        "(b) per-stop partial scan, llama.cpp's rule (Python reimpl.)",
+        PerStopPartial.prepare,
+    ),
     "rescan": ("(c) rescan whole text", Rescan.prepare),
     "pyahocorasick": ("(d) pyahocorasick + suffix scan", PyAhoCorasick.prepare),
     "ahocorasick_rs": ("(d) ahocorasick-rs + suffix scan", AhoCorasickRs.prepare),
+    "ac_prefixes": (
+        "(e) pyahocorasick, stops + all prefixes, one scan",
+        AhoCorasickPrefixes.prepare,
+    ),
 }

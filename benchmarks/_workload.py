@@ -1,62 +1,62 @@
-"""The streamstop benchmark workload: real English cut into BPE tokens, and stop sets.
+"""The stop-filter workload: real text cut by a real tokenizer and streamed as a server does.
 
-Text: ``_corpus.txt`` beside this file holds the first five chapters of Jane Austen's *Pride and
-Prejudice* (1813, public domain; about 5,300 words of narration and dialogue). Its hard line
-wraps are undone, so paragraphs are separated by ``"\\n\\n"`` as in a model's output.
+Text: :func:`_corpus.build_corpus`, about a million characters of measured text (prose, code,
+markdown, dialogue and some 30 other languages) and ten million of *traffic* (other documents
+of the same kinds), read at run time from the Python installation and Vim's tutor.
 
-Tokens: a byte-level BPE (Hugging Face ``tokenizers``, GPT-2 pre-tokenization, so pieces carry
-their leading space: ``" truth"``) is trained offline on the corpus, with a vocabulary of
-:data:`VOCAB_SIZE` that gives token pieces of 3-5 characters on average. The text is cut at
-each token's start offset, so the pieces concatenate exactly back to the text. If ``tokenizers``
-is unavailable, a regex cutter (words with their leading space, split into pieces of at most
-four letters, punctuation and whitespace runs on their own) stands in; :func:`tokenizer_name`
-says which one ran.
+Tokens: OpenAI's ``o200k_base`` vocabulary (200,000 entries, GPT-4o's), from the ``bpe-openai``
+package (a Rust port of tiktoken whose vocabulary files ship in the wheel, so it works offline).
+Each document is encoded whole and streamed as a detokenizer streams it: every token is decoded
+to its bytes, and bytes that end in an unfinished UTF-8 character are held until it completes
+(as vLLM's and TGI's incremental detokenizers do), so a stream never carries half a character
+and some tokens carry none (they are not sent). If ``bpe-openai`` is missing, a regex word-piece
+cutter stands in and :func:`tokenizer_name` says so: the results then are not the headline's.
 
-Streams: each is a completion of ordinary text, a window of the first half of the tokenized
-corpus (the second half is text "seen before", to warm up shared automata). Even-numbered
-streams end with a stop followed by a short chat tail, odd-numbered ones without any stop, so
-the per-token cost is measured over a long run of ordinary text, as in a real completion.
+Streams: each measured document is one completion. With ``plant``, even-numbered ones end with
+a chat marker of the stop set followed by a chat tail (the model running on into the next turn);
+odd-numbered ones run to their end. So the cost is measured over long runs of ordinary text.
 
-Stop sets (:func:`stop_set`), of 1, 4, 16, 64, 256 and 1024 strings:
+Stop sets (:func:`stop_set`), of :data:`STOP_COUNTS` strings:
 
 - 1: ``["</s>"]``; 4: ``["</s>", "<|im_end|>", "<|eot_id|>", "\\n\\nUser:"]``, what chat
-  servers see.
-- 16 and up: chat markers (8 at 16, all 16 :data:`CHAT_MARKERS` from 64 up), then generated
-  stops that begin with the corpus's most frequent words, the hard case for a first-character
-  fast path: ``"the qzv"`` (word, space, rare letters), ``"ofxkx"`` (word glued to rare
-  letters) and ``"Bingley:"`` (a capitalized word as a speaker label). Their starts (``"the "``,
-  ``"of"``) occur all the time, so partial matches are frequent, but no generated stop occurs in
-  the text: any that would is skipped.
+  servers are configured with.
+- 64 and up: the 16 :data:`CHAT_MARKERS` (less any that occurs in the measured text: ``###``
+  does, in markdown) and generated stops that begin with the measured text's most frequent
+  words, the hard case for any first-character fast path: ``"the qzv"`` (word, space, rare
+  letters), ``"selfxkx"`` (word glued to rare letters), ``"Returns:"`` (a capitalized word and a
+  colon, like a speaker label). Their beginnings occur all the time, so partial matches are
+  frequent, but no generated stop occurs in the measured text.
 """
 
 from __future__ import annotations
 
+import codecs
 import random
 import re
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+
+import _corpus
 
 __all__ = [
     "CHAT_MARKERS",
+    "ENCODING",
     "STOP_COUNTS",
-    "VOCAB_SIZE",
     "Stream",
-    "corpus_text",
-    "corpus_tokens",
-    "long_stream",
+    "detokenize",
     "make_streams",
+    "measured_tokens",
     "stop_set",
     "tokenize",
     "tokenizer_name",
-    "warmup_streams",
+    "traffic_streams",
 ]
 
-CORPUS_PATH = Path(__file__).with_name("_corpus.txt")
-VOCAB_SIZE = 1500
-STOP_COUNTS = (1, 4, 16, 64, 256, 1024)
+ENCODING = "o200k_base"
+STOP_COUNTS = (1, 4, 64, 256, 1024)
 
 # Stop strings that chat servers are configured with, most common first.
 CHAT_MARKERS = (
@@ -79,73 +79,79 @@ CHAT_MARKERS = (
 )
 
 # What follows a stop in a completion that has one: the model running on into the next turn.
-_STOP_TAIL = "\n\nUser: Thank you, that is all."
+STOP_TAIL = "\n\nUser: Thank you, that is all."
 _RARE_LETTERS = "qxzjvkw"
+_FALLBACK = re.compile(r" ?[^\W\d_]{1,4}|[^\W\d_]{1,4}| ?[0-9]{1,3}| ?[^\s\w]|\s+|.", re.DOTALL)
 
 
 @cache
-def corpus_text() -> str:
-    """The corpus with paragraphs unwrapped: one line each, separated by a blank line."""
-    raw = CORPUS_PATH.read_text(encoding="utf-8")
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", raw) if p.strip()]
-    return "\n\n".join(paragraphs) + "\n"
-
-
-@cache
-def _bpe() -> object | None:
-    try:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    except ImportError:  # pragma: no cover - tokenizers is in the bench extra
-        return None
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    text = corpus_text()
-    tokenizer.train_from_iterator([text[i : i + 2000] for i in range(0, len(text), 2000)], trainer)
-    return tokenizer
+def _encoding() -> object | None:
+    with warnings.catch_warnings():
+        # bpe-openai 0.1 reads its vocabulary with importlib.resources.open_binary, deprecated
+        # since Python 3.11, when imported: its warning, not ours (the test suite turns warnings
+        # into errors).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import bpe_openai
+        except ImportError:  # pragma: no cover - bpe-openai is in the bench extra
+            return None
+        encoding: object = bpe_openai.get_encoding(ENCODING)
+        encoding.encode_ordinary("loads the vocabulary now")  # type: ignore[attr-defined]
+        return encoding
 
 
 def tokenizer_name() -> str:
-    """Which cutter :func:`tokenize` uses."""
-    if _bpe() is None:  # pragma: no cover
-        return "regex word pieces (tokenizers unavailable)"
-    return f"byte-level BPE trained on the corpus, vocabulary {VOCAB_SIZE}"
+    """Which tokenizer :func:`tokenize` uses."""
+    if _encoding() is None:  # pragma: no cover
+        return "FALLBACK regex word pieces (bpe-openai is not installed: not the headline)"
+    return (
+        f"OpenAI {ENCODING} (200k entries) via bpe-openai, streamed by an incremental detokenizer"
+    )
 
 
-_FALLBACK = re.compile(r" ?[A-Za-z]{1,4}|[A-Za-z]{1,4}| ?[0-9]+| ?[^\sA-Za-z0-9]|\s+")
+def detokenize(token_bytes: Sequence[bytes]) -> list[str]:
+    """The text pieces a server streams for these tokens: bytes are held until a character
+    completes, and a token that completes none sends nothing."""
+    decode = codecs.getincrementaldecoder("utf-8")().decode
+    pieces = []
+    for chunk in token_bytes:
+        piece = decode(chunk)
+        if piece:
+            pieces.append(piece)
+    tail = decode(b"", True)
+    if tail:  # pragma: no cover - the text was valid UTF-8
+        pieces.append(tail)
+    return pieces
 
 
 def tokenize(text: str) -> list[str]:
-    """Cut ``text`` into token pieces; ``"".join(tokenize(text)) == text``."""
+    """Cut ``text`` as a server streams it; ``"".join(tokenize(text)) == text``."""
     if not text:
         return []
-    tokenizer = _bpe()
-    if tokenizer is None:  # pragma: no cover
+    encoding = _encoding()
+    if encoding is None:  # pragma: no cover
         pieces = _FALLBACK.findall(text)
     else:
-        encoding = tokenizer.encode(text)  # type: ignore[attr-defined]
-        starts = sorted({start for start, _ in encoding.offsets} | {0})
-        pieces = [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+        ids = encoding.encode_ordinary(text)  # type: ignore[attr-defined]
+        table = _token_bytes()
+        pieces = detokenize([table[i] for i in ids])
     if "".join(pieces) != text:  # pragma: no cover - a tokenizer bug, not a benchmark result
         raise RuntimeError("token pieces do not concatenate back to the text")
     return pieces
 
 
 @cache
-def corpus_tokens() -> tuple[str, ...]:
-    return tuple(tokenize(corpus_text()))
+def _token_bytes() -> list[bytes]:
+    return list(_encoding().token_byte_values())  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
 class Stream:
-    """One completion: its token pieces, and the stop planted near its end (or ``None``)."""
+    """One completion: its token pieces, its kind of text, and the stop planted near its end
+    (or ``None``)."""
 
     tokens: tuple[str, ...]
+    kind: str
     planted: str | None
 
     @property
@@ -153,59 +159,68 @@ class Stream:
         return "".join(self.tokens)
 
 
-def _halves() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    tokens = corpus_tokens()
-    # Cut at a paragraph break, near the middle.
-    middle = len(tokens) // 2
-    while not tokens[middle].endswith("\n") and middle < len(tokens) - 1:
-        middle += 1
-    return tokens[: middle + 1], tokens[middle + 1 :]
+@cache
+def measured_tokens() -> tuple[tuple[str, ...], ...]:
+    """The measured documents, tokenized (one tuple of pieces per document)."""
+    return tuple(tuple(tokenize(doc.text)) for doc in _corpus.build_corpus().measured)
+
+
+@cache
+def _tail_tokens() -> tuple[str, ...]:
+    return tuple(tokenize(STOP_TAIL))
 
 
 def make_streams(
-    stops: Sequence[str], count: int, length: int, *, plant: bool = True
+    stops: Sequence[str], count: int | None = None, length: int | None = None, *, plant: bool = True
 ) -> list[Stream]:
-    """``count`` completions of ``length`` tokens of ordinary text each, from the first half of
-    the corpus (the second half is for :func:`warmup_streams`).
-
-    With ``plant``, even-numbered streams then end with one of ``stops`` (the chat markers in
-    turn) and a chat tail; the others end there. The streams are cut from the half one after the
-    other, so they do not overlap unless ``count * length`` exceeds it.
-    """
-    tokens = _halves()[0]
+    """The first ``count`` measured documents (all by default) as completions, each cut to
+    ``length`` tokens if given; with ``plant``, even-numbered ones then end with one of the stop
+    set's chat markers (in turn) and a chat tail."""
+    docs = _corpus.build_corpus().measured
+    tokenized = measured_tokens()
     markers = [s for s in stops if s in CHAT_MARKERS] or list(stops[:1])
     streams = []
-    for index in range(count):
-        start = (index * length) % len(tokens)
-        body = [tokens[(start + i) % len(tokens)] for i in range(length)]
+    for index, (doc, tokens) in enumerate(zip(docs, tokenized, strict=True)):
+        if count is not None and index >= count:
+            break
+        body = list(tokens if length is None else tokens[:length])
         planted: str | None = None
         if plant and index % 2 == 0 and markers:
             planted = markers[(index // 2) % len(markers)]
-            body += tokenize(planted) + tokenize(_STOP_TAIL)
-        streams.append(Stream(tuple(body), planted))
+            # The planted stop begins a new piece: a model emits it as tokens of its own.
+            body += tokenize(planted) + list(_tail_tokens())
+        streams.append(Stream(tuple(body), doc.kind, planted))
     return streams
 
 
-def warmup_streams(count: int, length: int) -> list[tuple[str, ...]]:
-    """Streams of ordinary text from the second half of the corpus: text that a server saw
-    before the streams of :func:`make_streams`, for warming up a shared automaton."""
-    tokens = _halves()[1]
-    return [
-        tuple(tokens[(index * length + i) % len(tokens)] for i in range(length))
-        for index in range(count)
-    ]
+def traffic_streams(tokens: int) -> Iterator[tuple[str, ...]]:
+    """Other documents, tokenized, until about ``tokens`` tokens: what a long-running server
+    streamed before the measured text. Read round and round if asked for more than there is."""
+    docs = _corpus.build_corpus().traffic
+    if not docs or tokens <= 0:
+        return
+    sent = 0
+    index = 0
+    while sent < tokens:
+        pieces = _traffic_doc(index % len(docs))
+        yield pieces
+        sent += len(pieces)
+        index += 1
 
 
-def long_stream(length: int) -> list[str]:
-    """``length`` tokens of ordinary text, the corpus read round and round, with no stop."""
-    tokens = corpus_tokens()
-    whole, part = divmod(length, len(tokens))
-    return list(tokens) * whole + list(tokens[:part])
+@cache
+def _traffic_doc(index: int) -> tuple[str, ...]:
+    return tuple(tokenize(_corpus.build_corpus().traffic[index].text))
 
 
-def _frequent_words() -> list[str]:
-    words = re.findall(r"[A-Za-z]+", corpus_text())
-    return [word for word, _ in Counter(words).most_common()]
+def _frequent_words(text: str) -> list[str]:
+    words = re.findall(r"[^\W\d_]{2,}", text)
+    return [word for word, _ in Counter(words).most_common(400)]
+
+
+@cache
+def _measured_text() -> str:
+    return "".join(doc.text for doc in _corpus.build_corpus().measured) + STOP_TAIL
 
 
 @cache
@@ -215,16 +230,15 @@ def stop_set(count: int) -> tuple[str, ...]:
         return ("</s>",)
     if count <= 4:
         return CHAT_MARKERS[:count]
-    chosen = list(CHAT_MARKERS[: min(count // 2, len(CHAT_MARKERS))])
+    text = _measured_text()
+    chosen = [m for m in CHAT_MARKERS[: min(count // 2, len(CHAT_MARKERS))] if m not in text]
     seen = set(chosen)
-    # The text the streams are cut from, wrapped once, so that no generated stop occurs in it.
-    text = corpus_text() + corpus_text() + _STOP_TAIL
-    words = _frequent_words()
+    words = _frequent_words(text)
     capitalized = [w for w in words if w[0].isupper() and len(w) > 2]
     rng = random.Random(count)
     index = 0
     while len(chosen) < count:
-        word = words[index % 200]
+        word = words[index % len(words)]
         kind = index % 5
         rare = "".join(rng.choice(_RARE_LETTERS) for _ in range(rng.randint(2, 4)))
         if kind in (0, 1, 2):
@@ -232,9 +246,8 @@ def stop_set(count: int) -> tuple[str, ...]:
         elif kind == 3:
             candidate = f"{word}{rare}"
         else:
-            candidate = f"{capitalized[(index // 5) % len(capitalized)]}:"
-            if candidate in seen:
-                candidate = f"{capitalized[(index // 5) % len(capitalized)]} {rare}:"
+            label = capitalized[(index // 5) % len(capitalized)]
+            candidate = f"{label}:" if f"{label}:" not in seen else f"{label} {rare}:"
         index += 1
         if candidate in seen or candidate in text:
             continue

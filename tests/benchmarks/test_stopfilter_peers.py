@@ -16,6 +16,7 @@ from streamstop import StopBuffer, truncate
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import _corpus  # noqa: E402
 import _peers  # noqa: E402
 import _workload  # noqa: E402
 
@@ -38,10 +39,46 @@ def _run(make: _peers.Factory, chunks: Sequence[str]) -> str:
 # -- the workload ------------------------------------------------------------------------------
 
 
-def test_tokens_concatenate_back_to_the_corpus() -> None:
-    tokens = _workload.corpus_tokens()
-    assert "".join(tokens) == _workload.corpus_text()
-    assert 3.0 <= sum(map(len, tokens)) / len(tokens) <= 5.0
+def test_tokens_concatenate_back_to_the_measured_documents() -> None:
+    corpus = _corpus.build_corpus()
+    tokens = _workload.measured_tokens()
+    assert ["".join(doc) for doc in tokens] == [doc.text for doc in corpus.measured]
+    count = sum(map(len, tokens))
+    assert 3.0 <= corpus.chars() / count <= 5.0
+    assert corpus.chars() >= 1_000_000
+
+
+def test_the_corpus_is_varied_and_the_traffic_disjoint_from_the_measured_text() -> None:
+    corpus = _corpus.build_corpus()
+    assert not corpus.fallback
+    for kind in _corpus.KINDS:
+        assert corpus.chars(kind) > 0, kind
+    measured = {doc.text for doc in corpus.measured}
+    assert not [doc for doc in corpus.traffic if doc.text in measured]
+    assert all("streamstop" not in doc.text.lower() for doc in corpus.measured)
+
+
+DETOKENIZER_CASES = {
+    # name: (token bytes, pieces streamed)
+    "ascii": ([b"Hel", b"lo"], ["Hel", "lo"]),
+    "a character split over two tokens": ([b"a\xc3", b"\xa9b"], ["a", "\u00e9b"]),
+    "a token of half a character sends nothing": ([b"\xe6", b"\x97", b"\xa5!"], ["\u65e5!"]),
+    "a token ending in a whole character": ([b"\xe6\x97\xa5"], ["\u65e5"]),
+}
+
+
+@pytest.mark.parametrize("case", DETOKENIZER_CASES)
+def test_detokenizer_holds_bytes_until_a_character_completes(case: str) -> None:
+    token_bytes, pieces = DETOKENIZER_CASES[case]
+    assert _workload.detokenize(token_bytes) == pieces
+
+
+def test_a_real_vocabulary_streams_non_english_text_in_whole_characters() -> None:
+    text = "日本語のテキスト, \u0440\u0443\u0441\u0441\u043a\u0438\u0439 and 🐍"
+    pieces = _workload.tokenize(text)
+    assert "".join(pieces) == text
+    assert len(pieces) > 5
+    assert "o200k_base" in _workload.tokenizer_name()
 
 
 @pytest.mark.parametrize("count", _workload.STOP_COUNTS)
@@ -49,8 +86,10 @@ def test_stop_sets(count: int) -> None:
     stops = _workload.stop_set(count)
     assert len(stops) == len(set(stops)) == count
     generated = [stop for stop in stops if stop not in _workload.CHAT_MARKERS]
-    text = _workload.corpus_text() * 2
+    text = "".join(doc.text for doc in _corpus.build_corpus().measured)
     assert not [stop for stop in generated if stop in text]
+    if count >= 64:
+        assert len(generated) > count // 2
 
 
 @pytest.mark.parametrize("count", _workload.STOP_COUNTS)
@@ -62,7 +101,7 @@ def test_planted_stops_end_the_streams(count: int) -> None:
             assert cut == stream.text
         else:
             assert cut + stream.planted == stream.text[: len(cut) + len(stream.planted)]
-            assert len(cut) > len(stream.text) - 60
+            assert len(cut) > len(stream.text) - 60 - len(_workload.STOP_TAIL)
 
 
 # -- every peer gives truncate's output ----------------------------------------------------------
@@ -149,6 +188,32 @@ def test_fixed_holds_hold_longest_stop_minus_one(name: str) -> None:
 # -- the script runs end to end ------------------------------------------------------------------
 
 
+def test_the_ac_peer_with_prefixes_holds_in_one_scan() -> None:
+    peer = _peers.AhoCorasickPrefixes.prepare(["<|im_end|>", "abcd", "bc"])()
+    assert peer.feed("text <|im") == "text "
+    assert peer.held == "<|im"
+    assert peer.feed("_e") == ""
+    assert peer.feed("x") == "<|im_ex"
+    assert peer.feed("xab") == "x"
+    assert peer.feed("cd") == "a"
+    assert peer.stopped
+    assert peer.flush() == ""
+
+
+def test_help_writes_nothing(tmp_path: Path) -> None:
+    results = BENCHMARKS / "results"
+    before = {p: p.stat().st_mtime_ns for p in results.iterdir()}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert "--write" in done.stdout
+    assert {p: p.stat().st_mtime_ns for p in results.iterdir()} == before
+
+
 def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--quick", "--out", str(tmp_path)],
@@ -161,5 +226,6 @@ def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     assert "## Targets" in done.stdout
     table = (tmp_path / "stopfilter.md").read_text(encoding="utf-8")
     assert "QUICK" in table
-    for plot in ("per_token", "held", "async", "memory", "length"):
+    assert "o200k_base" in table
+    for plot in ("per_token", "long_running", "async"):
         assert (tmp_path / f"stopfilter_{plot}.png").stat().st_size > 0
