@@ -142,6 +142,20 @@ def _checked_bytes(name: str, value: object) -> int:
     return value
 
 
+def _entry_cost(text: str, step: Step) -> int:
+    """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
+    much text (see _MEMO_EMITTED_LIMIT)."""
+    emitted = step[2]
+    if emitted is not None and len(emitted) > _MEMO_EMITTED_LIMIT:
+        return sys.maxsize
+    cost = _MEMO_SLOT_BYTES + sys.getsizeof(text)
+    if step is not PASS_THROUGH:
+        cost += _STEP_BYTES
+        if emitted is not None and emitted is not text:
+            cost += sys.getsizeof(emitted)
+    return cost
+
+
 def _table_size(table: dict[str, int], own: dict[str, int]) -> int:
     """Bytes of a transition table with its own keys and values: the state numbers (ints above
     256 are objects) and the characters past Latin-1 (CPython caches only those as objects)."""
@@ -164,10 +178,11 @@ class StopAutomaton:
     >>> StopAutomaton(["b", "ab"]).find("ab")
     StopMatch(start=0, end=2, stop='ab')
 
-    Any stop set is accepted. Building costs time linear in the total number of characters of
-    the stops (about a microsecond or two each, see benchmarks/README.md) and keeps memory
-    linear in it (under 100 bytes per character); ``memo_bytes`` bounds the memo of token steps
-    on top of that (0 turns it off). :meth:`memory_size` tells what an automaton keeps.
+    Any stop set is accepted. Building takes time linear in the total number of characters of
+    the stops (a microsecond or two each; see benchmarks/README.md) and keeps memory linear in
+    it (at most 120 bytes per character, plus up to 1 MiB of DFA tables); ``memo_bytes`` bounds
+    the memo of token steps on top of that (0 turns it off). :meth:`memory_size` tells what an
+    automaton keeps.
 
     The automaton holds no per-stream state and is safe to share, between threads too;
     :meth:`from_stops` caches automata by stop set, within a byte budget
@@ -653,34 +668,31 @@ class StopAutomaton:
         adding once full keeps the first tokens it met forever; LRU would need a write on every
         hit.)
         """
-        emitted = result[2]
-        if emitted is not None and len(emitted) > _MEMO_EMITTED_LIMIT:
-            return
-        cost = _MEMO_SLOT_BYTES + sys.getsizeof(text)
-        if result is not PASS_THROUGH:
-            cost += _STEP_BYTES
-            if emitted is not None and emitted is not text:
-                cost += sys.getsizeof(emitted)
+        cost = _entry_cost(text, result)
         half = self._memo_budget // 2
         if cost > half:
             return
-        base_cost = cost
         with self._lock:
-            memo = self._memo
-            if memo[state] is _NO_MEMO:
-                cost += _MEMO_TABLE_BYTES
-            if self._memo_used + cost > half:
+            if self._memo_used + cost + self._table_cost(state) > half:
                 self._new_generation()
-                if state and cost == base_cost:
-                    cost += _MEMO_TABLE_BYTES  # the state's table went with the generation
-                if cost > half:
+                if cost + self._table_cost(state) > half:
                     return
-            table = memo[state]
-            if table is _NO_MEMO:
-                table = memo[state] = {}
-                self._memo_states.append(state)
-            table[text] = result
-            self._memo_used += cost
+            self._insert(state, text, result, cost)
+
+    def _table_cost(self, state: int) -> int:
+        """What a new entry for ``state`` costs besides itself: the state's table, if new."""
+        return _MEMO_TABLE_BYTES if self._memo[state] is _NO_MEMO else 0
+
+    def _insert(self, state: int, text: str, result: Step, cost: int) -> None:
+        # Under self._lock.
+        memo = self._memo
+        table = memo[state]
+        if table is _NO_MEMO:
+            table = memo[state] = {}
+            self._memo_states.append(state)
+            cost += _MEMO_TABLE_BYTES
+        table[text] = result
+        self._memo_used += cost
 
     def _new_generation(self) -> None:
         # Under self._lock.
