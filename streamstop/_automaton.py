@@ -73,6 +73,8 @@ _DFA_BASE_BYTES = 1 << 20
 _MEMO_SLOT_BYTES = 48
 _MEMO_TABLE_BYTES = sys.getsizeof({"": 0})
 _STEP_BYTES = 64
+# A class of characters that can begin a stop longer than this is compiled outside re's cache.
+_CACHED_CLASS = 512
 # Text up to this long is stepped through character by character, without the regex skip.
 _SHORT_TEXT = 8
 
@@ -154,6 +156,16 @@ def _entry_cost(text: str, step: Step) -> int:
         if emitted is not None and emitted is not text:
             cost += sys.getsizeof(emitted)
     return cost
+
+
+def _compile_class(chars: str) -> re.Pattern[str]:
+    """A character class, compiled. Past a few hundred characters, not through re's own cache:
+    a pattern there outlives the automaton, and hostile stop sets would fill it with big ones."""
+    source = f"[{chars}]"
+    if len(chars) <= _CACHED_CLASS:
+        return re.compile(source)
+    uncached = getattr(getattr(re, "_compiler", None), "compile", None)  # Python 3.11+
+    return re.compile(source) if uncached is None else uncached(source, 0)
 
 
 def _table_size(table: dict[str, int], own: dict[str, int]) -> int:
@@ -238,7 +250,7 @@ class StopAutomaton:
         # The characters that can begin a stop: text with none of them cannot affect the root.
         self.start_chars = frozenset(root_goto)
         self._start_search = (
-            re.compile("[" + "".join(re.escape(c) for c in sorted(root_goto)) + "]").search
+            _compile_class("".join(re.escape(c) for c in sorted(root_goto))).search
             if root_goto
             else None
         )
