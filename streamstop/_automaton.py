@@ -147,15 +147,14 @@ def _checked_bytes(name: str, value: object) -> int:
 def _entry_cost(text: str, step: Step) -> int:
     """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
     much text (see _MEMO_EMITTED_LIMIT)."""
+    if step is PASS_THROUGH:
+        return _MEMO_SLOT_BYTES + sys.getsizeof(text)
     emitted = step[2]
-    if emitted is not None and len(emitted) > _MEMO_EMITTED_LIMIT:
+    if emitted is None or emitted is text:
+        return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text)
+    if len(emitted) > _MEMO_EMITTED_LIMIT:
         return sys.maxsize
-    cost = _MEMO_SLOT_BYTES + sys.getsizeof(text)
-    if step is not PASS_THROUGH:
-        cost += _STEP_BYTES
-        if emitted is not None and emitted is not text:
-            cost += sys.getsizeof(emitted)
-    return cost
+    return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text) + sys.getsizeof(emitted)
 
 
 def _compile_class(chars: str) -> re.Pattern[str]:
@@ -681,15 +680,22 @@ class StopAutomaton:
         hit.)
         """
         cost = _entry_cost(text, result)
-        half = self._memo_budget // 2
+        half = self._memo_budget >> 1
         if cost > half:
             return
+        memo = self._memo
         with self._lock:
-            if self._memo_used + cost + self._table_cost(state) > half:
-                self._new_generation()
-                if cost + self._table_cost(state) > half:
-                    return
-            self._insert(state, text, result, cost)
+            table = memo[state]
+            if table is _NO_MEMO or self._memo_used + cost > half:
+                # The slow way: a new table, or a new generation.
+                if self._memo_used + cost + self._table_cost(state) > half:
+                    self._new_generation()
+                    if cost + self._table_cost(state) > half:
+                        return
+                self._insert(state, text, result, cost)
+                return
+            table[text] = result
+            self._memo_used += cost
 
     def _table_cost(self, state: int) -> int:
         """What a new entry for ``state`` costs besides itself: the state's table, if new."""
