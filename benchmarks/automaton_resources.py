@@ -66,7 +66,7 @@ class Config:
 
 
 FULL = Config(
-    scale=1, builds=3, tokens=0, window=500_000, budgets=(DEFAULT_MEMO_BYTES, 1 << 20), rounds=3
+    scale=1, builds=3, tokens=0, window=500_000, budgets=(DEFAULT_MEMO_BYTES, 1 << 20), rounds=5
 )
 QUICK = Config(scale=50, builds=1, tokens=60_000, window=20_000, budgets=(1 << 18,), rounds=1)
 
