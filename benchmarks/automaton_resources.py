@@ -227,27 +227,53 @@ class FirstComeAutomaton(StopAutomaton):
                 self._insert(state, text, result, cost)
 
 
-class ResetAutomaton(StopAutomaton):
-    """Forgets everything when the budget is full, and starts again."""
+class TwoGenerationsAutomaton(StopAutomaton):
+    """Two generations of half the budget each: entries go into the current one; when it is
+    full it becomes the old one (the previous old one is dropped); a miss that finds the token
+    in the old one copies it forward. What is in use survives a turnover."""
 
-    __slots__ = ()
+    __slots__ = ("_old", "_old_used")
+
+    def __init__(self, stops: Sequence[str], *, memo_bytes: int = DEFAULT_MEMO_BYTES) -> None:
+        super().__init__(stops, memo_bytes=memo_bytes)
+        self._old: dict[int, dict[str, Step]] = {}
+        self._old_used = 0
+
+    def memory_size(self) -> int:
+        return super().memory_size() + self._old_used
+
+    def step(self, state: int, text: str) -> Step:
+        table = self._old.get(state)
+        if table is not None:
+            result = table.get(text)
+            if result is not None:
+                self._remember(state, text, result)
+                return result
+        return super().step(state, text)
 
     def _remember(self, state: int, text: str, result: Step) -> None:
         cost = _entry_cost(text, result)
-        if cost > self._memo_budget:
+        half = self._memo_budget // 2
+        if cost > half:
             return
         with self._lock:
-            if self._memo_used + cost + self._table_cost(state) > self._memo_budget:
-                self._new_generation()
-                self._old = {}
-                self._old_used = 0
+            if self._memo_used + cost + self._table_cost(state) > half:
+                memo = self._memo
+                old = {state: memo[state] for state in self._memo_states}
+                old[0] = memo[0].copy()
+                used = self._memo_used
+                self._forget()
+                self._old = old
+                self._old_used = used
+                if cost + self._table_cost(state) > half:
+                    return
             self._insert(state, text, result, cost)
 
 
 POLICIES: dict[str, type[StopAutomaton]] = {
-    "generational (ours)": StopAutomaton,
+    "forget all when full (ours)": StopAutomaton,
     "first come, then frozen": FirstComeAutomaton,
-    "reset when full": ResetAutomaton,
+    "two generations": TwoGenerationsAutomaton,
 }
 
 
@@ -326,7 +352,7 @@ def _hit_rates(
                 if memo[state].get(token) is not None:
                     first += 1
                     hits[counted // window] += 1
-                elif automaton._old.get(state, {}).get(token) is not None:
+                elif getattr(automaton, "_old", {}).get(state, {}).get(token) is not None:
                     hits[counted // window] += 1
             buffer.feed(token)
             counted += 1
@@ -426,8 +452,8 @@ def report(
         f"{token_info['code']:,} of the Python {platform.python_version()} standard library's "
         "sources, then its prose docs (`pydoc_data/topics.py`), in completions of "
         f"{COMPLETION} tokens through one automaton with the {token_info['stop_set']}. Hit rate: "
-        "tokens answered from the memo (either generation); first lookup: by the buffer's own "
-        "first dict lookup. Stretches of "
+        "tokens answered from the memo (either generation, for two generations); first lookup: by "
+        "the buffer's own first dict lookup. Stretches of "
         f"{config.window:,} tokens; the prose begins in stretch "
         f"{token_info['code'] // config.window + 1}.",
         "",

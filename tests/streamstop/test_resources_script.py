@@ -40,17 +40,22 @@ def _fill(automaton: StopAutomaton, tokens: list[str]) -> None:
         buffer.feed(token)
 
 
-def test_first_come_freezes_and_reset_forgets() -> None:
+def test_first_come_freezes_ours_forgets_two_generations_keep_what_is_used() -> None:
     early = [f" a{i}" for i in range(200)]
     late = [f" b{i}" for i in range(200)]
     frozen = script.FirstComeAutomaton(["</s>"], memo_bytes=8_000)
     _fill(frozen, early + late)
     assert " a0" in frozen.buffer_tables()[0]
     assert " b199" not in frozen.buffer_tables()[0]
-    reset = script.ResetAutomaton(["</s>"], memo_bytes=8_000)
-    _fill(reset, early + late)
-    assert " a0" not in reset.buffer_tables()[0]
-    assert " b199" in reset.buffer_tables()[0]
-    assert not reset._old
-    for automaton in (frozen, reset):
+    ours = StopAutomaton(["</s>"], memo_bytes=8_000)
+    _fill(ours, early + late)
+    assert " a0" not in ours.buffer_tables()[0]
+    assert " b199" in ours.buffer_tables()[0]
+    two = script.TwoGenerationsAutomaton(["</s>"], memo_bytes=8_000)
+    _fill(two, [token for pair in zip(early + late, [" hot"] * 400, strict=True) for token in pair])
+    assert " b199" in two.buffer_tables()[0]
+    assert " hot" in two.buffer_tables()[0] or " hot" in two._old[0]
+    assert " a0" not in two.buffer_tables()[0]
+    assert " a0" not in two._old.get(0, {})
+    for automaton in (frozen, ours, two):
         assert automaton.memory_size() - automaton._table_bytes <= 8_000
