@@ -58,7 +58,7 @@ Stops: TypeAlias = str | Iterable[str] | None
 # is kept, and only steps whose output is short, so no entry keeps a long held text alive.
 _MEMO_TEXT_LIMIT = 32
 _MEMO_EMITTED_LIMIT = 2 * _MEMO_TEXT_LIMIT
-# Bytes a memo may keep per automaton: a few tens of thousands of entries (about 150-250 bytes
+# Bytes a memo may keep per automaton: a few tens of thousands of entries (about 100-250 bytes
 # each), room for the tokens a vocabulary of 200k actually uses often (see benchmarks/README).
 DEFAULT_MEMO_BYTES = 4 << 20
 # Bytes all the automata kept by StopAutomaton.from_stops may take together, each charged its
@@ -191,7 +191,7 @@ class StopAutomaton:
 
     Any stop set is accepted. Building takes time linear in the total number of characters of
     the stops (a microsecond or two each; see benchmarks/README.md) and keeps memory linear in
-    it (at most 120 bytes per character, plus up to 1 MiB of DFA tables); ``memo_bytes`` bounds
+    it (at most 150 bytes per character, plus up to 1 MiB of DFA tables); ``memo_bytes`` bounds
     the memo of token steps on top of that (0 turns it off). :meth:`memory_size` tells what an
     automaton keeps.
 
@@ -307,7 +307,8 @@ class StopAutomaton:
             match_length.extend([0] * (count - 1))
             match_length.append(-1)
             labels.append(stop[position:])
-        self._depth = depth
+        # A list, not the array: list[int] indexing is the faster on the per-token paths.
+        self._depth = depth.tolist()
         self._owner = owner
         self._kind = kind
         self._branches = branches
@@ -413,8 +414,10 @@ class StopAutomaton:
             + sum(_table_size(table, table) for table in branches.values())
             + sys.getsizeof(stops)
             + sum(map(sys.getsizeof, stops))
-            # The match lengths of stop ends, and the state numbers the tables return.
+            # The match lengths of stop ends, the depths past 256 (ints up to 256 are shared),
+            # and the state numbers the tables return.
             + 28 * len(stops)
+            + 28 * sum(map((256).__lt__, self._depth))
             + 2 * sys.getsizeof(self._root_goto)
         )
 
@@ -609,8 +612,10 @@ class StopAutomaton:
                 depth = self._depth
                 held = depth[state]
                 count = held + len(text) - depth[new_state]
-                if count <= held:
-                    emitted = self.stops[self._owner[state]][:count] if count > 0 else ""
+                if count <= 0:
+                    emitted = ""
+                elif count <= held:
+                    emitted = self.stops[self._owner[state]][:count]
                 else:
                     emitted = self.stops[self._owner[state]][:held] + text[: count - held]
             result = (new_state, end, emitted)

@@ -28,7 +28,7 @@ from .reference import all_chunkings, reference_emitted, reference_match, refere
 # What the README promises: retained bytes per character of the stops, over a fixed allowance
 # for the DFA tables of the shallow states (_DFA_BASE_BYTES, 1 MiB, shrunk here so that small
 # sets show the linear part) and small fixed objects.
-BYTES_PER_CHAR = 120
+BYTES_PER_CHAR = 150
 DFA_BASE_BYTES = 16 << 10
 FIXED_BYTES = DFA_BASE_BYTES + (16 << 10)
 
