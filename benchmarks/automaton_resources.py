@@ -5,6 +5,8 @@ on real tokens.
     python benchmarks/automaton_resources.py --write    # ... and writes benchmarks/results/
     python benchmarks/automaton_resources.py --quick    # smoke run, a few seconds; prints only
     python benchmarks/automaton_resources.py --out DIR  # write the table and JSON into DIR
+    python benchmarks/automaton_resources.py --against /tmp/before  # and per-token cost on
+        # ordinary stop sets against an earlier commit (git archive COMMIT | tar -x -C /tmp/before)
 
 Three sections:
 
@@ -405,6 +407,103 @@ def bench_memo(stops: Sequence[str], tokens: Sequence[str], config: Config) -> l
     return results
 
 
+# -- 4. against an earlier version ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgainstResult:
+    name: str
+    before: float
+    after: float
+
+
+def bench_against(source: Path, rounds: int) -> list[AgainstResult]:
+    """Per-token cost on the ordinary stop sets, this version against the ``streamstop`` package
+    in ``source`` (a checkout of an earlier commit), both in this process, interleaved round by
+    round; the fastest round counts. Warm: a memo that has seen the stream; cold: no memo, so
+    every token is worked out."""
+    import importlib
+    import shutil
+    import tempfile
+
+    import streamstop
+
+    folder = Path(tempfile.mkdtemp(prefix="streamstop-before-"))
+    shutil.copytree(source / "streamstop", folder / "streamstop_before")
+    sys.path.insert(0, str(folder))
+    before = importlib.import_module("streamstop_before")
+    before_automaton = importlib.import_module("streamstop_before._automaton")
+    tokens = _workload.long_stream(100_000)
+    text = "".join(tokens)
+    samples: dict[str, dict[str, list[float]]] = {}
+
+    def record(name: str, side: str, value: float) -> None:
+        samples.setdefault(name, {"before": [], "after": []})[side].append(value)
+
+    def no_memo(module: Any, stops: Sequence[str]) -> Any:
+        if module is before and hasattr(before_automaton, "_MEMO_LIMIT"):
+            # Memoized up to a module-level number of entries, read per step: set to 0 below.
+            return module.StopAutomaton(stops)
+        return module.StopAutomaton(stops, memo_bytes=0)
+
+    gc.disable()
+    try:
+        for count in (1, 4, 16, 256, 1024):
+            stops = _workload.stop_set(count)
+            sides = {"before": before, "after": streamstop}
+            warm = {side: module.StopAutomaton(stops) for side, module in sides.items()}
+            cold = {side: no_memo(module, stops) for side, module in sides.items()}
+            for side, module in sides.items():
+                feed = module.StopBuffer(warm[side]).feed
+                for token in tokens:
+                    feed(token)
+            for round_ in range(rounds):
+                for side, module in list(sides.items())[:: 1 if round_ % 2 else -1]:
+                    fresh = _fresh(tokens)
+                    start = time.perf_counter()
+                    feed = module.StopBuffer(warm[side]).feed
+                    for token in fresh:
+                        feed(token)
+                    record(
+                        f"warm, {count} stops (ns/token)",
+                        side,
+                        (time.perf_counter() - start) / len(fresh) * 1e9,
+                    )
+                    fresh = _fresh(tokens[:20_000])
+                    limit = getattr(before_automaton, "_MEMO_LIMIT", None)
+                    if limit is not None:
+                        before_automaton._MEMO_LIMIT = 0  # type: ignore[attr-defined]
+                    start = time.perf_counter()
+                    feed = module.StopBuffer(cold[side]).feed
+                    for token in fresh:
+                        feed(token)
+                    record(
+                        f"cold, {count} stops (ns/token)",
+                        side,
+                        (time.perf_counter() - start) / len(fresh) * 1e9,
+                    )
+                    if limit is not None:
+                        before_automaton._MEMO_LIMIT = limit  # type: ignore[attr-defined]
+                    start = time.perf_counter()
+                    warm[side].find(text)
+                    record(
+                        f"find, {count} stops (ns/char)",
+                        side,
+                        (time.perf_counter() - start) / len(text) * 1e9,
+                    )
+                    start = time.perf_counter()
+                    module.StopAutomaton(stops)
+                    record(f"build, {count} stops (ms)", side, (time.perf_counter() - start) * 1e3)
+    finally:
+        gc.enable()
+        sys.path.remove(str(folder))
+        shutil.rmtree(folder, ignore_errors=True)
+    return [
+        AgainstResult(name, min(sides["before"]), min(sides["after"]))
+        for name, sides in samples.items()
+    ]
+
+
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -415,6 +514,8 @@ def report(
     calls: list[CallResult],
     memo: list[PolicyResult],
     token_info: dict[str, Any],
+    against: list[AgainstResult] | None = None,
+    against_info: str = "",
 ) -> str:
     lines = [
         "# Automaton resources"
@@ -473,6 +574,20 @@ def report(
                 + f" | {m.first_lookup_rate:.1%} | {m.ns_per_token:.0f} "
                 + f"| {(m.memory_size - m.tables) / 1024:,.0f} |"
             )
+    if against:
+        lines += [
+            "",
+            f"## Ordinary stop sets against {against_info}",
+            "",
+            "Both versions in one process, interleaved round by round; the fastest round counts.",
+            "",
+            "| measure | before | after | after/before |",
+            "|---|--:|--:|--:|",
+        ]
+        lines += [
+            f"| {r.name} | {r.before:,.1f} | {r.after:,.1f} | {r.after / r.before:.2f} |"
+            for r in against
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -483,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the table and JSON into this folder")
     parser.add_argument(
         "--skip-memo", action="store_true", help="leave out the memo section (no bpe-openai)"
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="a checkout of an earlier commit: compare per-token costs on ordinary stop sets",
     )
     args = parser.parse_args(argv)
     config = QUICK if args.quick else FULL
@@ -503,7 +623,10 @@ def main(argv: list[str] | None = None) -> int:
             "stop_set": "benchmark's 1,024 typical stops",
         }
         memo = bench_memo(stops, tokens, config)
-    text = report(config, args.quick, builds, calls, memo, token_info)
+    against = None
+    if args.against is not None:
+        against = bench_against(args.against, 3 if args.quick else 15)
+    text = report(config, args.quick, builds, calls, memo, token_info, against, str(args.against))
     print(text)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -515,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             "builds": [asdict(b) for b in builds],
             "calls": [asdict(c) for c in calls],
             "memo": [asdict(m) for m in memo],
+            "against": [asdict(a) for a in against or []],
             "tokens": token_info,
             "python": sys.version,
         }
