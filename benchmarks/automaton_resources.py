@@ -6,7 +6,8 @@ on real tokens.
     python benchmarks/automaton_resources.py --quick    # smoke run, a few seconds; prints only
     python benchmarks/automaton_resources.py --out DIR  # write the table and JSON into DIR
     python benchmarks/automaton_resources.py --against /tmp/before  # and per-token cost on
-        # ordinary stop sets against an earlier commit (git archive COMMIT | tar -x -C /tmp/before)
+        # ordinary stop sets against an earlier commit, unpacked there with
+        # mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
 
 Three sections:
 
