@@ -1,4 +1,5 @@
-"""The stop-string automaton: an Aho-Corasick trie with failure links, compiled to a sparse DFA.
+"""The stop-string automaton: an Aho-Corasick trie with failure links, and a DFA for its shallow
+states.
 
 Rules of this module (everything about matching lives here):
 
@@ -9,16 +10,31 @@ Rules of this module (everything about matching lives here):
 - A stop *completes* at the first position where the state's string has a stop as a suffix
   (earliest end). If several stops end there, the longest wins: it is the longest stop that is
   a suffix of the state's string, precomputed per state in ``_match_length``.
-- Transitions are a DFA, built once, whose tables stay small: from any state, a character either
-  keeps a partial stop of two or more characters alive (listed in the state's ``_deep`` table)
-  or leads where it would lead from the root (``_root_goto``: a stop's first character, or the
-  root). So each character costs one or two dict lookups, whatever the number of stops, and
-  "does this character end the held partial?" is one membership test.
+- Memory is linear in the total length of the stops, whatever they contain. States are numbered
+  as they are made, so the nodes a stop adds are consecutive and each one's child is the next:
+  such a *chain* node needs no table, only the character on its edge (``_label``, one string).
+  Only nodes where stops part hold a dict of children (``_branches``, at most one per stop). No
+  node keeps its string: a state's text is a slice of a stop that passes through it
+  (``_owner``), cut to the state's depth, made only when asked.
+- Transitions: from any state, a character either keeps a partial stop of two or more
+  characters alive or leads where it would lead from the root (``_root_goto``). The shallowest
+  states, breadth first and up to a byte budget, get a DFA table of the first kind (``_deep``:
+  the state's own edges over its failure state's table), so each character costs one or two dict
+  lookups; this covers every state of an ordinary stop set. Deeper states have ``None`` there
+  and follow failure links down to a state with a table (amortised O(1) per character). So
+  adversarial sets (long runs of one character, huge alphabets, stops that overlap each other)
+  cannot blow the tables up.
 - Whole tokens are memoized per state (``advance``): LLM tokens come from a fixed vocabulary, so
   a server soon answers most tokens with one dict lookup. The memo is shared by every stream
-  using the automaton and bounded.
+  using the automaton and bounded in bytes, entries small by construction; when full it is
+  emptied and fills again (see ``_remember`` for why).
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
+- Threads: an automaton may be used from several threads at once (the server builds big ones in
+  a worker thread and runs them on the event loop). Tables are read-only once built; the memo is
+  written under a lock and read without one, each read a single dict lookup (atomic under the
+  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes.
+  :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
 
 Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
 """
@@ -26,24 +42,46 @@ Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
 from __future__ import annotations
 
 import re
+import sys
+import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TypeAlias
 
 __all__ = ["PASS_THROUGH", "Step", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
 Stops: TypeAlias = str | Iterable[str] | None
 
-# The memo of whole-token steps (see StopAutomaton.advance): only token-sized text is kept, and
-# only so many entries per automaton (about 100 bytes each), first come first kept: the tokens
-# met first are mostly the frequent ones.
+# The memo of whole-token steps (see StopAutomaton.advance and _remember). Only token-sized text
+# is kept, and only steps whose output is short, so no entry keeps a long held text alive.
 _MEMO_TEXT_LIMIT = 32
-_MEMO_LIMIT = 1 << 15
-# Automata kept by StopAutomaton.from_stops: with full memos, a few MB each.
-_CACHED_AUTOMATA = 32
+_MEMO_EMITTED_LIMIT = 2 * _MEMO_TEXT_LIMIT
+# Bytes a memo may keep per automaton: a few tens of thousands of entries (about 100-250 bytes
+# each), room for the tokens a vocabulary of 200k actually uses often (see benchmarks/README).
+DEFAULT_MEMO_BYTES = 4 << 20
+# Bytes all the automata kept by StopAutomaton.from_stops may take together, each charged its
+# tables plus its whole memo budget: about a dozen automata with full memos.
+DEFAULT_CACHE_BYTES = 64 << 20
+# The DFA tables of the shallow states (see the module docstring): at most this many bytes per
+# state of the trie, plus a fixed allowance that covers every state of ordinary stop sets.
+_DFA_BYTES_PER_STATE = 32
+_DFA_BASE_BYTES = 1 << 20
+# What one memo entry costs besides its strings: the dict slot (with the dict's spare room) and
+# the step tuple. Checked against tracemalloc on real streams: the count runs above what is
+# measured (the token strings are often the caller's too), so the budget is an upper bound.
+_MEMO_SLOT_BYTES = 48
+_MEMO_TABLE_BYTES = sys.getsizeof({"": 0})
+_STEP_BYTES = 64
+# A class of characters that can begin a stop longer than this is compiled outside re's cache.
+_CACHED_CLASS = 512
 # Text up to this long is stepped through character by character, without the regex skip.
 _SHORT_TEXT = 8
+
+# A node's children: none, the next node only (its edge character is _label[node + 1]), or a
+# dict in _branches.
+_LEAF, _CHAIN, _BRANCH = 0, 1, 2
 
 # A memoized step (see StopAutomaton.advance): the new state, the end of a completed stop in the
 # text or -1, and (when no stop completed) what a buffer emits.
@@ -52,6 +90,9 @@ Step: TypeAlias = tuple[int, int, str | None]
 # The step from the root over text that completes nothing and ends back at the root: the text
 # passes through untouched. One shared object, so the per-token paths can test it with ``is``.
 PASS_THROUGH: Step = (0, -1, None)
+
+# The memo of every state that has none yet: read-only, shared (see _remember).
+_NO_MEMO: dict[str, Step] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +135,49 @@ def normalize_stops(stops: Stops) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def _checked_bytes(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be an int number of bytes, got {type(value).__name__}: {value!r}"
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 bytes, got {value!r}")
+    return value
+
+
+def _entry_cost(text: str, step: Step) -> int:
+    """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
+    much text (see _MEMO_EMITTED_LIMIT)."""
+    if step is PASS_THROUGH:
+        return _MEMO_SLOT_BYTES + sys.getsizeof(text)
+    emitted = step[2]
+    if emitted is None or emitted is text:
+        return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text)
+    if len(emitted) > _MEMO_EMITTED_LIMIT:
+        return sys.maxsize
+    return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text) + sys.getsizeof(emitted)
+
+
+def _compile_class(chars: str) -> re.Pattern[str]:
+    """A character class, compiled. Past a few hundred characters, not through re's own cache:
+    a pattern there outlives the automaton, and hostile stop sets would fill it with big ones."""
+    source = f"[{chars}]"
+    if len(chars) <= _CACHED_CLASS:
+        return re.compile(source)
+    uncached = getattr(getattr(re, "_compiler", None), "compile", None)  # Python 3.11+
+    return re.compile(source) if uncached is None else uncached(source, 0)
+
+
+def _table_size(table: dict[str, int], own: dict[str, int]) -> int:
+    """Bytes of a transition table with its own keys and values: the state numbers (ints above
+    256 are objects) and the characters past Latin-1 (CPython caches only those as objects)."""
+    size = sys.getsizeof(table) + 28 * len(own)
+    for char in own:
+        if char > "\xff":
+            size += sys.getsizeof(char)
+    return size
+
+
 class StopAutomaton:
     """Aho-Corasick automaton over a set of stop strings; build once, share between streams.
 
@@ -106,20 +190,35 @@ class StopAutomaton:
     >>> StopAutomaton(["b", "ab"]).find("ab")
     StopMatch(start=0, end=2, stop='ab')
 
-    The automaton holds no per-stream state and is safe to share; :meth:`from_stops` caches
-    automata by stop set.
+    Any stop set is accepted. Building takes time linear in the total number of characters of
+    the stops (a microsecond or two each; see benchmarks/README.md) and keeps memory linear in
+    it (at most 150 bytes per character, plus up to 1 MiB of DFA tables); ``memo_bytes`` bounds
+    the memo of token steps on top of that (0 turns it off). :meth:`memory_size` tells what an
+    automaton keeps.
+
+    The automaton holds no per-stream state and is safe to share, between threads too;
+    :meth:`from_stops` caches automata by stop set, within a byte budget
+    (:meth:`set_cache_budget`).
     """
 
     __slots__ = (
+        "_branches",
         "_deep",
         "_depth",
+        "_fail",
         "_hold_length",
+        "_kind",
+        "_label",
+        "_lock",
         "_match_length",
         "_memo",
-        "_memo_size",
-        "_prefix",
+        "_memo_budget",
+        "_memo_states",
+        "_memo_used",
+        "_owner",
         "_root_goto",
         "_start_search",
+        "_table_bytes",
         "max_stop_length",
         "start_chars",
         "stops",
@@ -129,82 +228,234 @@ class StopAutomaton:
     max_stop_length: int
     start_chars: frozenset[str]
 
-    def __init__(self, stops: Stops) -> None:
+    def __init__(self, stops: Stops, *, memo_bytes: int = DEFAULT_MEMO_BYTES) -> None:
+        self._memo_budget = _checked_bytes("memo_bytes", memo_bytes)
         self.stops = normalize_stops(stops)
         self.max_stop_length = max(map(len, self.stops), default=0)
+        self._build_trie()
+        order = self._link()
+        self._build_dfa(order)
+        del order
+        size = len(self._depth)
+        self._memo: list[dict[str, Step]] = [_NO_MEMO] * size
+        self._memo[0] = {}  # the root's: never replaced, so that callers may keep it
+        self._memo_states: list[int] = []
+        self._memo_used = 0
+        self._lock = threading.Lock()
+        root_goto = self._root_goto
+        # The characters that can begin a stop: text with none of them cannot affect the root.
+        self.start_chars = frozenset(root_goto)
+        self._start_search = (
+            _compile_class("".join(re.escape(c) for c in sorted(root_goto))).search
+            if root_goto
+            else None
+        )
+        self._table_bytes += sys.getsizeof(self._memo) + 2 * sys.getsizeof(self.start_chars)
 
-        goto: list[dict[str, int]] = [{}]
-        prefix = [""]
-        for stop in self.stops:
+    # -- building ----------------------------------------------------------------------------
+
+    def _build_trie(self) -> None:
+        stops = self.stops
+        depth = array("i", [0])
+        owner = array("i", [0])
+        kind = bytearray(1)
+        # -1 marks a stop's end until _link replaces it by the match length.
+        match_length = [0]
+        branches: dict[int, dict[str, int]] = {}
+        labels = ["\0"]  # the root has no edge; a placeholder keeps _label[node] aligned
+        for index, stop in enumerate(stops):
             state = 0
-            for char in stop:
-                following = goto[state].get(char)
-                if following is None:
-                    following = len(goto)
-                    goto[state][char] = following
-                    goto.append({})
-                    prefix.append(prefix[state] + char)
+            position = 0
+            length = len(stop)
+            # Follow the part of the stop already in the trie.
+            while position < length:
+                char = stop[position]
+                node_kind = kind[state]
+                if node_kind == _CHAIN:
+                    following = state + 1
+                    if stops[owner[following]][position] != char:
+                        break
+                elif node_kind == _BRANCH:
+                    following = branches[state].get(char, 0)
+                    if not following:
+                        break
+                else:
+                    break
                 state = following
+                position += 1
+            if position == length:
+                match_length[state] = -1
+                continue
+            # The rest becomes a run of new consecutive nodes, each the child of the one before.
+            new = len(depth)
+            char = stop[position]
+            node_kind = kind[state]
+            if node_kind == _BRANCH:
+                branches[state][char] = new
+            elif node_kind == _CHAIN:
+                kind[state] = _BRANCH
+                chain_char = stops[owner[state + 1]][depth[state]]
+                branches[state] = {chain_char: state + 1, char: new}
+            elif new == state + 1:
+                kind[state] = _CHAIN
+            else:
+                kind[state] = _BRANCH
+                branches[state] = {char: new}
+            count = length - position
+            depth.extend(range(position + 1, length + 1))
+            owner.extend(array("i", [index]) * count)
+            kind.extend(b"\x01" * (count - 1) + b"\x00")
+            match_length.extend([0] * (count - 1))
+            match_length.append(-1)
+            labels.append(stop[position:])
+        # A list, not the array: list[int] indexing is the faster on the per-token paths.
+        self._depth = depth.tolist()
+        self._owner = owner
+        self._kind = kind
+        self._branches = branches
+        self._label = "".join(labels)
+        self._match_length = match_length
+        root_kind = kind[0]
+        self._root_goto: dict[str, int] = (
+            branches[0] if root_kind == _BRANCH else {self._label[1]: 1} if root_kind else {}
+        )
 
-        stop_set = frozenset(self.stops)
-        fail = [0] * len(goto)
-        match_length = [0] * len(goto)
-        hold_length = [0] * len(goto)
-        # Breadth-first, so that a state's failure target (a shorter string) is finished first.
-        order = [0]
-        for state in order:
-            for char, child in goto[state].items():
-                if state:
-                    target = fail[state]
-                    while target and char not in goto[target]:
-                        target = fail[target]
-                    fail[child] = goto[target].get(char, 0)
+    def _link(self) -> array[int]:
+        """Failure links, match and hold lengths, breadth first; returns the order."""
+        depth = self._depth
+        kind = self._kind
+        label = self._label
+        branches = self._branches
+        size = len(depth)
+        fail = array("i", [0]) * size
+        hold_length = array("i", [0]) * size
+        match_length = self._match_length
+        order = array("i", [0])
+        head = 0
+        while head < len(order):
+            state = order[head]
+            head += 1
+            node_kind = kind[state]
+            if node_kind == _LEAF:
+                continue
+            children = (
+                branches[state].items()
+                if node_kind == _BRANCH
+                else ((label[state + 1], state + 1),)
+            )
+            for char, child in children:
                 order.append(child)
-            if state:
+                target = 0
+                if state:
+                    # The failure state's child by ``char``, down the failure chain.
+                    link = fail[state]
+                    while True:
+                        link_kind = kind[link]
+                        if link_kind == _CHAIN:
+                            target = link + 1 if label[link + 1] == char else 0
+                        elif link_kind == _BRANCH:
+                            target = branches[link].get(char, 0)
+                        if target or not link:
+                            break
+                        link = fail[link]
+                    fail[child] = target
+                child_depth = depth[child]
                 # The longest stop that is a suffix of this state's string: the state itself if
                 # it is a stop (no suffix is longer), otherwise the answer for its failure state.
-                match_length[state] = (
-                    len(prefix[state]) if prefix[state] in stop_set else match_length[fail[state]]
+                match_length[child] = (
+                    child_depth if match_length[child] < 0 else match_length[target]
                 )
                 # The longest suffix that is a *proper* prefix of some stop: the first state on
                 # the failure chain that still has children.
-                hold_length[state] = len(prefix[state]) if goto[state] else hold_length[fail[state]]
-
-        # The DFA. A state's deep table maps each character that leads to a state of depth 2
-        # or more (the partial stop lives on) to that state: the state's own edges over those
-        # of its failure state. Every other character leads where it leads from the root. A
-        # state without edges shares its failure state's table.
-        deep: list[dict[str, int]] = [{}] * len(goto)
-        for state in order[1:]:
-            inherited = deep[fail[state]]
-            deep[state] = {**inherited, **goto[state]} if goto[state] else inherited
-        self._deep = deep
-        self._root_goto = goto[0]
-        self._prefix = prefix
-        self._depth = [len(p) for p in prefix]
-        self._match_length = match_length
+                hold_length[child] = child_depth if kind[child] else hold_length[target]
+        self._fail = fail
         self._hold_length = hold_length
-        self._memo: list[dict[str, Step]] = [{} for _ in goto]
-        self._memo_size = 0
-        # The characters that can begin a stop: text with none of them cannot affect the root.
-        self.start_chars = frozenset(goto[0])
-        self._start_search = (
-            re.compile("[" + "".join(re.escape(c) for c in sorted(goto[0])) + "]").search
-            if goto[0]
-            else None
+        return order
+
+    def _build_dfa(self, order: array[int]) -> None:
+        """The DFA tables of the shallow states, breadth first, within the byte budget.
+
+        A state's table maps each character that leads to a state of depth 2 or more (the
+        partial stop lives on) to that state: the state's own edges over its failure state's
+        table. Every other character leads where it leads from the root. A state without edges
+        shares its failure state's table. A state whose failure state has no table gets none.
+        """
+        fail = self._fail
+        kind = self._kind
+        label = self._label
+        branches = self._branches
+        size = len(order)
+        deep: list[dict[str, int] | None] = [None] * size
+        deep[0] = {}
+        budget = _DFA_BYTES_PER_STATE * size + _DFA_BASE_BYTES
+        spent = 0
+        for index in range(1, size):
+            state = order[index]
+            inherited = deep[fail[state]]
+            if inherited is None:
+                continue
+            node_kind = kind[state]
+            if node_kind == _LEAF:
+                deep[state] = inherited
+                continue
+            own = branches[state] if node_kind == _BRANCH else {label[state + 1]: state + 1}
+            # An estimate first, so that a table over the budget is never built.
+            if spent + 64 + 40 * (len(inherited) + len(own)) > budget:
+                continue
+            table = {**inherited, **own}
+            spent += _table_size(table, own)
+            deep[state] = table
+        self._deep = deep
+        stops = self.stops
+        self._table_bytes = (
+            spent
+            + sum(map(sys.getsizeof, (self._depth, self._owner, self._kind, self._label)))
+            + sum(map(sys.getsizeof, (self._fail, self._hold_length, deep, self._match_length)))
+            + sys.getsizeof(branches)
+            + sum(_table_size(table, table) for table in branches.values())
+            + sys.getsizeof(stops)
+            + sum(map(sys.getsizeof, stops))
+            # The match lengths of stop ends, the depths past 256 (ints up to 256 are shared),
+            # and the state numbers the tables return.
+            + 28 * len(stops)
+            + 28 * sum(map((256).__lt__, self._depth))
+            + 2 * sys.getsizeof(self._root_goto)
         )
+
+    # -- sharing -----------------------------------------------------------------------------
 
     @classmethod
     def from_stops(cls, stops: Stops | StopAutomaton) -> StopAutomaton:
-        """Return a shared automaton for ``stops`` (an LRU cache keyed by the stop set).
+        """Return a shared automaton for ``stops`` from a cache keyed by the stop set.
 
-        An automaton passed in is returned as it is, so callers accept either.
+        An automaton passed in is returned as it is, so callers accept either. The cache keeps
+        the automata used last within a byte budget (see :meth:`set_cache_budget`); one larger
+        than the whole budget is built and returned but not kept. Safe to call from several
+        threads: a thread asking for a set another thread is building waits for that build
+        rather than doing it again.
         """
         if isinstance(stops, StopAutomaton):
             return stops
         # Sorted, so that the same set in another order shares one automaton: which stop wins
         # never depends on the order of the list.
-        return _cached_automaton(tuple(sorted(normalize_stops(stops))))
+        return _CACHE.get(tuple(sorted(normalize_stops(stops))))
+
+    @staticmethod
+    def set_cache_budget(max_bytes: int) -> None:
+        """Bound the bytes that the automata cached by :meth:`from_stops` may keep together.
+
+        Each cached automaton is charged its tables and its whole memo budget, so the bound
+        holds however much their memos grow. The least recently used go first, at once if the
+        new budget is smaller. 0 turns the cache off. The default is 64 MiB.
+        """
+        _CACHE.set_budget(_checked_bytes("max_bytes", max_bytes))
+
+    def memory_size(self) -> int:
+        """Approximate bytes this automaton keeps: its tables, its stops and its memo."""
+        return self._table_bytes + self._memo_used
+
+    def _cache_charge(self) -> int:
+        return self._table_bytes + self._memo_budget
 
     def __repr__(self) -> str:
         return f"StopAutomaton({list(self.stops)!r})"
@@ -214,6 +465,24 @@ class StopAutomaton:
         return len(self.stops)
 
     # -- running the automaton ---------------------------------------------------------------
+
+    def _next(self, state: int, char: str) -> int:
+        """The state after ``char`` from ``state``, for states without a DFA table."""
+        deep = self._deep
+        kind = self._kind
+        while True:
+            table = deep[state]
+            if table is not None:
+                return table.get(char) or self._root_goto.get(char, 0)
+            node_kind = kind[state]
+            if node_kind == _CHAIN:
+                if self._label[state + 1] == char:
+                    return state + 1
+            elif node_kind == _BRANCH:
+                child = self._branches[state].get(char)
+                if child is not None:
+                    return child
+            state = self._fail[state]
 
     def scan(self, state: int, text: str) -> tuple[int, int]:
         """Run ``text`` from ``state``; stop at the first completed stop.
@@ -230,25 +499,52 @@ class StopAutomaton:
         root_goto = self._root_goto
         match_length = self._match_length
         length = len(text)
+        # The loops below read DFA tables only; a state without one (deep[state] is None: an
+        # AttributeError, free until raised) hands over to _scan_deep at the same character.
         if length <= _SHORT_TEXT:
             # A token: stepping through it costs less than a call into the regex engine.
-            for position, char in enumerate(text, 1):
-                state = deep[state].get(char) or root_goto.get(char, 0)
-                if match_length[state]:
-                    return state, position
+            try:
+                for position, char in enumerate(text):
+                    state = deep[state].get(char) or root_goto.get(char, 0)  # type: ignore[union-attr]
+                    if match_length[state]:
+                        return state, position + 1
+            except AttributeError:
+                return self._scan_deep(state, text, position)
             return state, -1
         position = 0
+        try:
+            while position < length:
+                if not state:
+                    # At the root nothing is pending: jump, in C, to the next character that
+                    # can begin a stop. Most of a typical text is skipped here.
+                    found = start_search(text, position)
+                    if found is None:
+                        return 0, -1
+                    position = found.start()
+                char = text[position]
+                position += 1
+                state = deep[state].get(char) or root_goto.get(char, 0)  # type: ignore[union-attr]
+                if match_length[state]:
+                    return state, position
+        except AttributeError:
+            return self._scan_deep(state, text, position - 1)
+        return state, -1
+
+    def _scan_deep(self, state: int, text: str, position: int) -> tuple[int, int]:
+        """:meth:`scan` from ``position`` on, for any state."""
+        start_search = self._start_search
+        assert start_search is not None
+        next_state = self._next
+        match_length = self._match_length
+        length = len(text)
         while position < length:
             if not state:
-                # At the root nothing is pending: jump, in C, to the next character that can
-                # begin a stop. Most of a typical text is skipped here.
                 found = start_search(text, position)
                 if found is None:
                     return 0, -1
                 position = found.start()
-            char = text[position]
+            state = next_state(state, text[position])
             position += 1
-            state = deep[state].get(char) or root_goto.get(char, 0)
             if match_length[state]:
                 return state, position
         return state, -1
@@ -257,8 +553,15 @@ class StopAutomaton:
         """The state after ``text`` from ``state``, reading past completed stops."""
         deep = self._deep
         root_goto = self._root_goto
-        for char in text:
-            state = deep[state].get(char) or root_goto.get(char, 0)
+        position = 0
+        try:
+            for char in text:
+                state = deep[state].get(char) or root_goto.get(char, 0)  # type: ignore[union-attr]
+                position += 1
+        except AttributeError:
+            next_state = self._next
+            for char in text[position:]:
+                state = next_state(state, char)
         return state
 
     def advance(self, state: int, text: str) -> Step:
@@ -280,25 +583,45 @@ class StopAutomaton:
     def step(self, state: int, text: str) -> Step:
         """:meth:`advance` without looking in the memo first (for callers that just did), then
         memoized."""
-        if not state and self.start_chars.isdisjoint(text):
-            result = PASS_THROUGH if text else (0, -1, "")
-        else:
-            if not state:
+        if not state:
+            if self.start_chars.isdisjoint(text):
+                result = PASS_THROUGH if text else (0, -1, "")
+            else:
                 new_state, end = self.scan(0, text)
-            elif text and text[0] not in self._deep[state]:
+                # Nothing was held: out goes the text less what the new state holds.
+                result = (
+                    new_state,
+                    end,
+                    text[: len(text) - self._depth[new_state]] if end < 0 else None,
+                )
+        else:
+            deep = self._deep[state]
+            if text and (
+                text[0] not in deep
+                if deep is not None
+                else self._depth[self._next(state, text[0])] <= 1
+            ):
                 # The first character ends the held partial stop, so from there on the walk is
                 # the root's over the same text.
                 new_state, end, _ = self.advance(0, text)
             else:
                 new_state, end = self._walk_from(state, text)
-            emitted: str | None = None
+            emitted = None
             if end < 0:
-                pending = self._prefix[state] + text
-                emitted = pending[: len(pending) - self._depth[new_state]]
+                # The held text plus ``text``, less what the new state holds; sliced from a stop
+                # through the state, so that it costs what it returns, however much is held.
+                depth = self._depth
+                held = depth[state]
+                count = held + len(text) - depth[new_state]
+                if count <= 0:
+                    emitted = ""
+                elif count <= held:
+                    emitted = self.stops[self._owner[state]][:count]
+                else:
+                    emitted = self.stops[self._owner[state]][:held] + text[: count - held]
             result = (new_state, end, emitted)
-        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_size < _MEMO_LIMIT:
-            self._memo[state][text] = result
-            self._memo_size += 1
+        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
+            self._remember(state, text, result)
         return result
 
     def _walk_from(self, state: int, text: str) -> tuple[int, int]:
@@ -314,19 +637,88 @@ class StopAutomaton:
         root_goto = self._root_goto
         match_length = self._match_length
         depth = self._depth
-        for consumed, char in enumerate(text, 1):
-            state = deep[state].get(char) or root_goto.get(char, 0)
-            if match_length[state]:
-                return state, consumed
-            if depth[state] <= consumed:
-                new_state, end, _ = self.advance(0, text)
-                return new_state, end
+        consumed = 0
+        try:
+            for consumed, char in enumerate(text, 1):  # read in the except
+                state = deep[state].get(char) or root_goto.get(char, 0)  # type: ignore[union-attr]
+                if match_length[state]:
+                    return state, consumed
+                if depth[state] <= consumed:
+                    new_state, end, _ = self.advance(0, text)
+                    return new_state, end
+        except AttributeError:
+            # Deep in a long partial stop (no DFA table): the same walk, through failure links.
+            next_state = self._next
+            for consumed, char in enumerate(text[consumed - 1 :], consumed):  # noqa: B020
+                state = next_state(state, char)
+                if match_length[state]:
+                    return state, consumed
+                if depth[state] <= consumed:
+                    new_state, end, _ = self.advance(0, text)
+                    return new_state, end
         return state, -1
 
-    def buffer_tables(self) -> tuple[list[dict[str, Step]], list[str]]:
-        """For StopBuffer's per-token path, to read only: the memo (per state) and the states'
-        texts."""
-        return self._memo, self._prefix
+    # -- the memo ------------------------------------------------------------------------------
+
+    def _remember(self, state: int, text: str, result: Step) -> None:
+        """Memoize a step, within the memo's byte budget: when it is full, forget everything and
+        start again.
+
+        The simplest policy that keeps serving, and on real tokens the fastest of those we
+        measured (benchmarks/automaton_resources.py): the memo fills again with what is in use
+        now, in about as many misses as it has entries, and a hit stays one dict lookup with no
+        bookkeeping, which is the point of the memo. A memo that stops adding once full keeps the
+        first tokens it met forever (47-64% hits, against 74-82%); LRU would write on every
+        hit; two generations of half the budget each, the old one read on a miss and copied
+        forward, answer 2-3% more tokens from the memo but keep only half as many in the table
+        the buffer looks in first, and lose the difference in copies.
+        """
+        entry = _entry_cost(text, result)
+        budget = self._memo_budget
+        if entry > budget:
+            return
+        with self._lock:
+            table = self._memo[state]
+            if table is not _NO_MEMO and self._memo_used + entry <= budget:
+                table[text] = result
+                self._memo_used += entry
+                return
+            if self._memo_used + entry + self._table_cost(state) > budget:
+                self._forget()
+                if entry + self._table_cost(state) > budget:
+                    return
+            self._insert(state, text, result, entry)
+
+    def _table_cost(self, state: int) -> int:
+        """What a new entry for ``state`` costs besides itself: the state's table, if new."""
+        return _MEMO_TABLE_BYTES if self._memo[state] is _NO_MEMO else 0
+
+    def _insert(self, state: int, text: str, result: Step, cost: int) -> None:
+        # Under self._lock.
+        memo = self._memo
+        table = memo[state]
+        if table is _NO_MEMO:
+            table = memo[state] = {}
+            self._memo_states.append(state)
+            cost += _MEMO_TABLE_BYTES
+        table[text] = result
+        self._memo_used += cost
+
+    def _forget(self) -> None:
+        # Under self._lock. The root's table stays the same object (StopStream keeps it).
+        memo = self._memo
+        for state in self._memo_states:
+            memo[state] = _NO_MEMO
+        self._memo_states = []
+        memo[0].clear()
+        self._memo_used = 0
+
+    def buffer_tables(self) -> list[dict[str, Step]]:
+        """For StopBuffer's per-token path, to read only: the memo, per state. Its tables may be
+        replaced (the root's never is), so look them up for each token."""
+        return self._memo
+
+    # -- what states stand for -----------------------------------------------------------------
 
     def find(self, text: str) -> StopMatch | None:
         """The first completed stop in ``text`` (earliest end, then longest), or ``None``."""
@@ -345,10 +737,74 @@ class StopAutomaton:
         return self._hold_length[state]
 
     def state_text(self, state: int) -> str:
-        """The text the state stands for (a prefix of some stop)."""
-        return self._prefix[state]
+        """The text the state stands for (a prefix of some stop), made when asked."""
+        return self.stops[self._owner[state]][: self._depth[state]] if state else ""
 
 
-@lru_cache(maxsize=_CACHED_AUTOMATA)
-def _cached_automaton(stops: tuple[str, ...]) -> StopAutomaton:
-    return StopAutomaton(stops)
+class _AutomatonCache:
+    """The automata of :meth:`StopAutomaton.from_stops`, least recently used first out, within a
+    byte budget; every method may be called from any thread."""
+
+    def __init__(self, budget: int) -> None:
+        self._lock = threading.Lock()
+        self._budget = budget
+        self._used = 0
+        self._entries: OrderedDict[tuple[str, ...], StopAutomaton] = OrderedDict()
+        self._building: dict[tuple[str, ...], threading.Event] = {}
+
+    def get(self, key: tuple[str, ...]) -> StopAutomaton:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+            building = self._building.get(key)
+            if building is None:
+                self._building[key] = threading.Event()
+        if building is not None:
+            # Another thread is building this set: its result, unless it could not be kept.
+            building.wait()
+            with self._lock:
+                found = self._entries.get(key)
+            return found if found is not None else StopAutomaton(key)
+        try:
+            automaton = StopAutomaton(key)
+            with self._lock:
+                self._add(key, automaton)
+            return automaton
+        finally:
+            with self._lock:
+                self._building.pop(key).set()
+
+    def _add(self, key: tuple[str, ...], automaton: StopAutomaton) -> None:
+        charge = automaton._cache_charge()
+        if charge > self._budget:
+            return
+        self._entries[key] = automaton
+        self._used += charge
+        self._trim()
+
+    def _trim(self) -> None:
+        while self._used > self._budget:
+            _, evicted = self._entries.popitem(last=False)
+            self._used -= evicted._cache_charge()
+
+    def set_budget(self, budget: int) -> None:
+        with self._lock:
+            self._budget = budget
+            self._trim()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._used = 0
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHE = _AutomatonCache(DEFAULT_CACHE_BYTES)

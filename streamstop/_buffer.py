@@ -59,7 +59,6 @@ class StopBuffer:
         "_finished",
         "_include_stop",
         "_memo",
-        "_prefixes",
         "_state",
         "_stop_string",
     )
@@ -81,7 +80,7 @@ class StopBuffer:
         self._fast_state = 0
         self._stop_string: str | None = None
         self._finished = False
-        self._memo, self._prefixes = self._automaton.buffer_tables()
+        self._memo = self._automaton.buffer_tables()
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -172,7 +171,7 @@ class StopBuffer:
             self._stop(automaton.state_text(new_state)[-stop_length:])
             return text[:end]
         # The stop may have begun in the held text: cut in the combined text.
-        pending = self._prefixes[state] + text if state else text
+        pending = automaton.state_text(state) + text if state else text
         cut = len(pending) - len(text) + end - stop_length
         self._stop(pending[cut : cut + stop_length])
         return pending[:cut]

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import streamstop._automaton as automaton_module
 from streamstop import StopAutomaton, StopMatch, split_safe, truncate
 from streamstop._automaton import normalize_stops
 
@@ -144,12 +143,14 @@ def test_automaton_describes_itself() -> None:
     assert repr(automaton) == "StopAutomaton(['</s>', '###'])"
 
 
-def test_memo_stays_bounded_and_results_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(automaton_module, "_MEMO_LIMIT", 3)
-    automaton = StopAutomaton(["abab", "bq"])
-    texts = ["aba", "bab", "ab", "abq", "xab", "abab"] * 3
+def test_memo_stays_within_its_bytes_and_results_stay_exact() -> None:
+    budget = 2_000
+    automaton = StopAutomaton(["abab", "bq"], memo_bytes=budget)
+    empty = automaton.memory_size()
+    texts = ["aba", "bab", "ab", "abq", "xab", "abab", *(f"x{i}" for i in range(100))] * 3
     for text in texts:
         _, end, _ = automaton.advance(0, text)
         assert (end >= 0) == (reference_match(text, ["abab", "bq"]) is not None)
-    memo = automaton.buffer_tables()[0]
-    assert sum(map(len, memo)) == 3
+        assert automaton.memory_size() <= empty + budget
+    memo = automaton.buffer_tables()
+    assert 0 < sum(map(len, memo)) < len(set(texts))
