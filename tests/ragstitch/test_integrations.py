@@ -12,7 +12,10 @@ from typing import Any
 
 import anyio
 import pytest
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.retrievers import BaseRetriever
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from llama_index.core import Document as LlamaDocument
 from llama_index.core.node_parser import SentenceSplitter
@@ -92,6 +95,34 @@ def test_langchain_compressor_async_and_retrieval_order(lc_chunks: list[Document
     merged = anyio.run(compressor.acompress_documents, picked, "q")
     # Retrieval order: the later chunk first, and it does not end where the earlier begins.
     assert [d.page_content for d in merged] == [picked[0].page_content, picked[1].page_content]
+
+
+class _FixedRetriever(BaseRetriever):
+    """A retriever that returns the same documents, best first, for every query."""
+
+    documents: list[Document]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return list(self.documents)
+
+
+def test_langchain_compressor_inside_contextual_compression_retriever(
+    lc_chunks: list[Document],
+) -> None:
+    picked = [lc_chunks[i] for i in (12, 11, 20)]  # 11 and 12 share 101 characters; 20 alone
+    retriever = ContextualCompressionRetriever(
+        base_compressor=StitchCompressor(budget=10_000, tokenizer=O200K),
+        base_retriever=_FixedRetriever(documents=picked),
+    )
+    merged = retriever.invoke("what did Mrs Bennet say?")
+    spans = [
+        (d.metadata["start_index"], d.metadata["start_index"] + len(d.page_content)) for d in picked
+    ]
+    assert [d.page_content for d in merged] == covered(NOVEL, spans, "\0").split("\0")
+    assert [s["index"] for s in merged[0].metadata[SOURCES_KEY]] == [1, 0]
+    assert [s["index"] for s in merged[1].metadata[SOURCES_KEY]] == [2]
 
 
 # -- LlamaIndex -----------------------------------------------------------------------------
