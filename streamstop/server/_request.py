@@ -144,8 +144,11 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ...]:
-    """The request's non-empty stop strings, within ``limits``; else :class:`InvalidRequest`."""
+def parse_stops(
+    request: dict[str, Any], limits: RequestLimits, *, param: str = "stop"
+) -> tuple[str, ...]:
+    """The request's non-empty stop strings (its ``stop``), within ``limits``; else
+    :class:`InvalidRequest` naming ``param`` (the API's name for the field)."""
     stop = request.get("stop")
     if stop is None:
         return ()
@@ -156,12 +159,12 @@ def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ..
     else:
         raise InvalidRequest(
             400,
-            f"Invalid type for 'stop': expected a string or an array of strings, got "
+            f"Invalid type for '{param}': expected a string or an array of strings, got "
             f"{describe(stop)}.",
-            param="stop",
+            param=param,
         )
     if len(stops) > limits.max_stops:
-        raise _over("max_stops", limits.max_stops, f"{len(stops)} stop strings")
+        raise _over("max_stops", limits.max_stops, f"{len(stops)} stop strings", param)
     total = 0
     for item in stops:
         if len(item) > limits.max_stop_length:
@@ -169,22 +172,25 @@ def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ..
                 "max_stop_length",
                 limits.max_stop_length,
                 f"a stop string of {len(item)} characters ({describe(item, 40)})",
+                param,
             )
         total += len(item)
     if total > limits.max_stop_chars:
-        raise _over("max_stop_chars", limits.max_stop_chars, f"{total} characters of stops")
+        raise _over("max_stop_chars", limits.max_stop_chars, f"{total} characters of stops", param)
     if any(_has_lone_surrogate(item) for item in stops):
         raise InvalidRequest(
-            400, "Invalid 'stop': a stop string holds a lone surrogate (not text).", param="stop"
+            400,
+            f"Invalid '{param}': a stop string holds a lone surrogate (not text).",
+            param=param,
         )
     return stops
 
 
-def _over(limit: str, value: int, what: str) -> InvalidRequest:
+def _over(limit: str, value: int, what: str, param: str = "stop") -> InvalidRequest:
     return InvalidRequest(
         400,
         f"Too many stops: {what}, over the limit {limit}={value}.",
-        param="stop",
+        param=param,
         code=f"{limit}_exceeded",
     )
 
