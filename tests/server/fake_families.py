@@ -17,8 +17,10 @@ Every request body is kept in :attr:`FakeFamilies.requests`.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -88,7 +90,9 @@ class FakeFamilies:
             return
         await call_until_disconnect(receive, lambda: handler(path, request, send))
 
-    async def _stream(self, send: Send, content_type: bytes, frames: AsyncIterator[bytes]) -> None:
+    async def _stream(
+        self, send: Send, content_type: bytes, frames: AsyncGenerator[bytes, None]
+    ) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -98,9 +102,10 @@ class FakeFamilies:
         )
         outcome = "cancelled"  # the client left: call_until_disconnect cancelled this
         try:
-            async for frame in frames:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-                await anyio.lowlevel.checkpoint()
+            async with aclosing(frames):
+                async for frame in frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await anyio.lowlevel.checkpoint()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             outcome = "completed"
         finally:
@@ -126,7 +131,7 @@ class FakeFamilies:
 
     async def _anthropic_events(
         self, model: str, blocks: list[dict[str, Any]], text: str
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         start = _message(model, [], None, 1)
         yield _event("message_start", {"type": "message_start", "message": start})
         yield _event("ping", {"type": "ping"})
@@ -142,7 +147,7 @@ class FakeFamilies:
                 {"type": "content_block_start", "index": index, "content_block": empty},
             )
             if kind == "text":
-                async for piece in _text_pieces(text):
+                for piece in _text_pieces(text):
                     yield _delta(index, {"type": "text_delta", "text": piece})
             elif kind == "thinking":
                 yield _delta(index, {"type": "thinking_delta", "thinking": block["thinking"]})
@@ -194,8 +199,8 @@ class FakeFamilies:
             await _json(send, 200, line(text.replace(FOREVER, ""), True))
             return
 
-        async def lines() -> AsyncIterator[bytes]:
-            async for piece in _text_pieces(text):
+        async def lines() -> AsyncGenerator[bytes, None]:
+            for piece in _text_pieces(text):
                 yield json.dumps(line(piece, False)).encode() + b"\n"
             yield json.dumps(line("", True)).encode() + b"\n"
 
@@ -238,7 +243,7 @@ class FakeFamilies:
             await _json(send, 200, results if isinstance(prompt, list) else results[0])
             return
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncGenerator[bytes, None]:
             # The outputs of a list of prompts interleave, piece by piece.
             split = [pieces(str(p).replace(FOREVER, "")) for p in prompts]
             for step in range(max(map(len, split), default=0)):
@@ -246,7 +251,7 @@ class FakeFamilies:
                     if step < len(parts):
                         yield _data(result(index, parts[step], False, str(prompts[index])))
             if any(FOREVER in str(p) for p in prompts):
-                async for piece in _forever():
+                for piece in itertools.repeat(" more"):
                     yield _data(result(0, piece, False, ""))
             for index, p in enumerate(prompts):
                 yield _data(result(index, "", True, str(p)))
@@ -267,9 +272,9 @@ class FakeFamilies:
             await _json(send, 200, {"generated_text": clean, "details": details})
             return
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncGenerator[bytes, None]:
             count = 0
-            async for piece in _text_pieces(text):
+            for piece in _text_pieces(text):
                 count += 1
                 token = {"id": count, "text": piece, "logprob": -0.5, "special": False}
                 yield (
@@ -296,18 +301,11 @@ class FakeFamilies:
         await self._stream(send, b"text/event-stream", events())
 
 
-async def _forever() -> AsyncIterator[str]:
-    while True:
-        yield " more"
-        await anyio.sleep(0.001)
-
-
-async def _text_pieces(text: str) -> AsyncIterator[str]:
-    for piece in pieces(text.replace(FOREVER, "")):
-        yield piece
+def _text_pieces(text: str) -> Iterator[str]:
+    """The pieces of ``text``; with ``[forever]``, then `` more`` without end."""
+    yield from pieces(text.replace(FOREVER, ""))
     if FOREVER in text:
-        async for piece in _forever():
-            yield piece
+        yield from itertools.repeat(" more")
 
 
 def _message(

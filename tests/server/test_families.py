@@ -541,3 +541,13 @@ def test_any_split_gives_the_reference_cut(text: str, cuts: list[int], family: s
     positions = [i for i in (text.find("</s>"), text.find("<>")) if i >= 0]
     expected = text[: min(positions)] if positions else text
     assert read.text == expected
+
+
+def test_module_all_and_doctests() -> None:
+    import doctest
+
+    import streamstop._families as module
+
+    assert all(hasattr(module, name) for name in module.__all__)
+    assert {"FamilyStream", "FAMILIES", "FAMILY_PATHS"} <= set(module.__all__)
+    assert doctest.testmod(module).failed == 0
