@@ -248,3 +248,31 @@ async def test_the_proxy_maps_paths_under_the_root() -> None:
     assert heads == [b"POST /api/generate HTTP/1.1", b"GET /v1/models HTTP/1.1"] * 3
     with pytest.raises(ValueError, match="http"):
         ProxyApp("localhost:11434")
+
+
+def _proxy_of(app: Any) -> ProxyApp:
+    """The ProxyApp at the bottom of the layers build_app stacks."""
+    while not isinstance(app, ProxyApp):
+        app = app.app
+    return app
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "forward"),
+    [
+        ([], {}, False),
+        (["--forward-other-paths"], {}, True),
+        ([], {"STREAMSTOP_FORWARD_OTHER_PATHS": "1"}, True),
+    ],
+    ids=["default", "flag", "environment"],
+)
+def test_the_cli_forwards_other_paths_when_asked(
+    flags: list[str], environ: dict[str, str], forward: bool
+) -> None:
+    from streamstop._cli import build_parser
+    from streamstop.server._commands import build_app, settings_of
+
+    args = build_parser().parse_args(["proxy", "--upstream", "http://127.0.0.1:9/v1", *flags])
+    proxy = _proxy_of(build_app(settings_of(args.parser, args, environ)))
+    assert proxy.forward_other is forward
+    assert proxy.root == "http://127.0.0.1:9"
