@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.lowlevel
 import anyio.to_thread
 import httpx
 import pytest
@@ -276,3 +277,28 @@ def test_the_cli_forwards_other_paths_when_asked(
     proxy = _proxy_of(build_app(settings_of(args.parser, args, environ)))
     assert proxy.forward_other is forward
     assert proxy.root == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("how", ["send fails", "disconnect"])
+async def test_a_client_that_leaves_stops_the_upstream(family: str, how: str) -> None:
+    outcomes: list[str] = []
+    fake = FakeFamilies(on_stream_end=outcomes.append)
+    path, body = _body(family, ["NEVER"], text="going on [forever]", stream=True)
+    client = Client(json.dumps(body).encode(), fail_send_after=3 if how == "send fails" else None)
+    middleware = StopMiddleware(fake)
+
+    async def leave() -> None:
+        # The client reads a few frames of the endless stream, then hangs up.
+        while len(client.messages) < 3:
+            await anyio.lowlevel.checkpoint()
+        client.gone.set()
+
+    # An upstream left running would stream forever: fail rather than hang.
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            if how == "disconnect":
+                group.start_soon(leave)
+            await middleware(http_scope(path), client.receive, client.send)
+    assert outcomes == ["cancelled"]
+    assert client.status == 200
