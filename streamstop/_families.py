@@ -12,7 +12,7 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   anthropic     ``/v1/messages``        ``stop_sequences``    ``text_delta`` of text blocks
   ollama        ``/api/chat``           ``options.stop``      ``message.content``
   ollama        ``/api/generate``       ``options.stop``      ``response``
-  llama.cpp     ``/completion``         ``stop``              ``content``
+  llama.cpp     ``/completion[s]``      ``stop``              ``content``
   tgi           ``/generate[_stream]``  ``parameters.stop``   ``token.text``
   ============  ======================  ====================  ============================
 
@@ -529,6 +529,7 @@ FAMILY_PATHS: dict[str, str] = {
     "/api/chat": "ollama-chat",
     "/api/generate": "ollama-generate",
     "/completion": "llama.cpp",
+    "/completions": "llama.cpp",  # llama.cpp's alias of /completion (not OpenAI's /v1/...)
     "/generate": "tgi",
     "/generate_stream": "tgi",
 }
