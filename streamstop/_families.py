@@ -43,10 +43,15 @@ from ._sse import SSEDecoder, SSEFrameTooLarge, encode_event, event_data, is_who
 __all__ = [
     "FAMILIES",
     "FAMILY_PATHS",
+    "TGI",
+    "Anthropic",
     "Family",
     "FamilyStream",
     "LineTooLarge",
+    "LlamaCpp",
     "NDJSONDecoder",
+    "OllamaChat",
+    "OllamaGenerate",
 ]
 
 

@@ -548,6 +548,7 @@ def test_module_all_and_doctests() -> None:
 
     import streamstop._families as module
 
-    assert all(hasattr(module, name) for name in module.__all__)
-    assert {"FamilyStream", "FAMILIES", "FAMILY_PATHS"} <= set(module.__all__)
+    from ..public_api import public_definitions
+
+    assert set(module.__all__) == public_definitions(module) | {"FAMILIES", "FAMILY_PATHS"}
     assert doctest.testmod(module).failed == 0

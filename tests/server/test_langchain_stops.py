@@ -25,6 +25,7 @@ from pydantic import SecretStr
 import streamstop.langchain
 from streamstop.langchain import StopRunnable, with_stops
 
+from ..public_api import public_definitions
 from .conftest import LiveServer
 
 STOPS = ["STOP", "</s>", "\n\nUser:", "<|im_end|>", "###", "Observation:"]
@@ -59,6 +60,7 @@ def _model(text: str) -> CountingModel:
 
 
 def test_module_all_and_doctests() -> None:
+    assert set(streamstop.langchain.__all__) == public_definitions(streamstop.langchain)
     assert set(streamstop.langchain.__all__) == {"StopRunnable", "with_stops"}
     assert doctest.testmod(streamstop.langchain).failed == 0
 
