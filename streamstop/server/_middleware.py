@@ -256,7 +256,7 @@ class StopMiddleware:
         """Parse and check the body; what this layer needs of it, and the body the app gets
         (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
         bodies; the parsed request dies here, so a large one is freed in that thread too."""
-        request = parse_body(body, self.limits)
+        request = parse_body(body, self.limits, openai=family is None)
         if family is not None:
             return self._prepare_family(body, request, family, str(path))
         stops = parse_stops(request, self.limits)

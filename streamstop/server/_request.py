@@ -97,8 +97,11 @@ def _depth(value: object, limit: int) -> bool:
     return False
 
 
-def parse_body(body: bytes, limits: RequestLimits) -> dict[str, Any]:
-    """The request body as a JSON object, or :class:`InvalidRequest` (400) saying why not."""
+def parse_body(body: bytes, limits: RequestLimits, *, openai: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object, or :class:`InvalidRequest` (400) saying why not.
+
+    ``openai=False`` (another API's body) checks its size, depth and shape only: the OpenAI
+    fields' types are not that API's (llama.cpp's ``prompt`` mixes tokens and strings)."""
     estimate = len(body) + sum(body.count(char) * cost for char, cost in _PARSED_COST)
     if estimate > _MAX_EXPANSION * len(body) + _FREE_BYTES:
         raise InvalidRequest(
@@ -132,7 +135,8 @@ def parse_body(body: bytes, limits: RequestLimits) -> dict[str, Any]:
         raise InvalidRequest(
             400, f"The JSON body of your request must be an object, got {describe(request)}."
         )
-    _check_fields(request)
+    if openai:
+        _check_fields(request)
     return request
 
 

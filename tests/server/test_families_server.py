@@ -302,3 +302,12 @@ async def test_a_client_that_leaves_stops_the_upstream(family: str, how: str) ->
             await middleware(http_scope(path), client.receive, client.send)
     assert outcomes == ["cancelled"]
     assert client.status == 200
+
+
+async def test_native_fields_are_not_judged_by_openai_rules() -> None:
+    # llama.cpp takes a prompt mixing tokens and strings; OpenAI's "prompt" check would refuse it.
+    body = {"prompt": [12, "a STOP b", 34], "stop": ["STOP"], "n": "not OpenAI's"}
+    async with served() as (client, _, fake):
+        response = await client.post("/completion", json=body)
+    assert response.status_code == 200
+    assert fake.requests[-1][1]["prompt"] == [12, "a STOP b", 34]
