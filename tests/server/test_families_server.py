@@ -311,3 +311,73 @@ async def test_native_fields_are_not_judged_by_openai_rules() -> None:
         response = await client.post("/completion", json=body)
     assert response.status_code == 200
     assert fake.requests[-1][1]["prompt"] == [12, "a STOP b", 34]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_anthropic_sdk_raises_on_a_broken_upstream(anyio_backend: str) -> None:
+    """The fault frames are in each API's shape: its own client raises its own error. asyncio
+    only: the SDK raises from inside its own event iterators and leaves them to the garbage
+    collector, which trio reports as an error (a fault of that client, not ours)."""
+    import anthropic
+    import httpx2
+
+    anthropic_events = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":'
+        b'"message","role":"assistant","model":"c","content":[],"stop_reason":null,'
+        b'"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\nevent: content_bl'
+    )
+    ollama_lines = b'{"model":"m","created_at":"t","response":"ab","done":false}\n{"mo'
+    answers = {
+        b"/v1/messages": _chunked("text/event-stream", anthropic_events),
+        b"/api/generate": _chunked("application/x-ndjson", ollama_lines),
+    }
+    async with raw_upstream(lambda _: None) as upstream:
+        upstream.answer = lambda body: answers[
+            b"/v1/messages" if b"max_tokens" in body else b"/api/generate"
+        ]
+        proxy = ProxyApp(upstream.url)
+        app = StopMiddleware(proxy)
+        try:
+            # This anthropic SDK speaks through httpx2, the ollama client through httpx.
+            async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)) as http:
+                claude = anthropic.AsyncAnthropic(
+                    base_url="http://proxy", api_key="k", max_retries=0, http_client=http
+                )
+                stream = await claude.messages.create(
+                    model="c",
+                    max_tokens=5,
+                    messages=[{"role": "user", "content": "x"}],
+                    stop_sequences=["STOP"],
+                    stream=True,
+                )
+                with pytest.raises(anthropic.APIError, match=r"broke off|middle"):
+                    await _drain(stream)
+        finally:
+            await proxy.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_ollama_client_raises_on_a_broken_upstream(anyio_backend: str) -> None:
+    """asyncio only, as above: the ollama client leaves httpx's line iterator to the GC."""
+    import ollama
+
+    lines = b'{"model":"m","created_at":"t","response":"ab","done":false}\n{"mo'
+    async with raw_upstream(lambda _: _chunked("application/x-ndjson", lines)) as upstream:
+        proxy = ProxyApp(upstream.url)
+        try:
+            transport = httpx.ASGITransport(app=StopMiddleware(proxy))
+            llama = ollama.AsyncClient(host="http://proxy", transport=transport)
+            parts = await llama.generate(
+                model="m", prompt="x", options={"stop": ["STOP"]}, stream=True
+            )
+            with pytest.raises(ollama.ResponseError, match=r"broke off|middle"):
+                await _drain(parts)
+        finally:
+            await proxy.aclose()
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
