@@ -722,11 +722,11 @@ class FamilyStream:
                 return self._encode(family.cut(payload, slot, piece, stop))
         if family.finishes(payload):
             self._finished.add(slot)
+            if self._stop_strings and self._n is not None and len(self._finished) >= self._n:
+                self._done = True  # the others were cut: this was the last one
             tail = buffer.flush()
             if tail:
                 return self._encode(family.release(payload, slot, (piece or "") + tail))
-            if self._stop_strings and self._n is not None and len(self._finished) >= self._n:
-                self._done = True
         if piece is None or piece == text:
             if family.tracks_text:
                 family.on_sent(payload)

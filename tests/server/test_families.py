@@ -437,6 +437,18 @@ def test_llamacpp_several_prompts_end_one_by_one() -> None:
     assert [p["content"] for p in _sse_payloads(out)] == ["e"]
 
 
+def test_llamacpp_the_last_prompt_ending_with_held_text_ends_the_stream() -> None:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {"index": 0, "content": "a.b", "stop": False}),
+        (None, {"index": 1, "content": "c<", "stop": False}),
+        (None, {"index": 1, "content": "", "stop": True, "stop_type": "eos"}),
+    ]
+    stream = FamilyStream(FAMILIES["llama.cpp"], [".", "<!"], n=2)
+    out = stream.feed(_sse(events))
+    assert stream.done
+    assert [p["content"] for p in _sse_payloads(out)] == ["a", "c", "<"]
+
+
 def test_llamacpp_a_prompt_that_ends_itself_counts_as_over() -> None:
     events: list[tuple[str | None, dict[str, Any]]] = [
         (None, {"index": 0, "content": "a.b", "stop": False}),
