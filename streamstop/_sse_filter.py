@@ -117,6 +117,16 @@ class SSEFilter:
         return self._done
 
     @property
+    def stop_strings(self) -> dict[int, str]:
+        """The stop that cut each choice, by choice index (choices not cut are absent)."""
+        return self._chunks.stop_strings
+
+    @property
+    def cut(self) -> bool:
+        """Whether every choice is over and one was cut: the upstream may be closed."""
+        return self._chunks.done
+
+    @property
     def error(self) -> str | None:
         """Why the stream ended in error, if it did: ``"upstream"`` (an error event came, or
         :meth:`fail` was called), ``"too_large"`` (a line or event over its limit) or

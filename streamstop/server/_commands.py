@@ -306,18 +306,21 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
     proxy = commands.add_parser(
         "proxy",
-        help="put the stop middleware in front of an OpenAI-compatible server",
-        description="Forward the OpenAI API (/v1/...) to UPSTREAM, streaming, and apply the "
-        "requests' stops here: any number of them, none leaking, the upstream closed as soon "
-        "as every choice is cut. Every flag can also be set by the environment variable named "
-        "after it in brackets; a flag given beats its variable. Needs the server extra: "
+        help="put the stop middleware in front of an OpenAI, Anthropic, Ollama, llama.cpp or TGI "
+        "server",
+        description="Forward the OpenAI API (/v1/...), Anthropic's /v1/messages, Ollama's "
+        "/api/chat and /api/generate, llama.cpp's /completion and TGI's /generate and "
+        "/generate_stream to UPSTREAM, streaming, and apply the requests' stops here: any "
+        "number of them, none leaking, the upstream closed as soon as every choice is cut. "
+        "Every flag can also be set by the environment variable named after it in brackets; "
+        "a flag given beats its variable. Needs the server extra: "
         f"{_INSTALL_HINT}.",
     )
     proxy.add_argument(
         "--upstream",
         metavar="URL",
-        help="base URL of the upstream API, as given to an OpenAI client: http://host:port/v1 "
-        "(required)",
+        help="the upstream server's root, http://host:port (a /v1 suffix, as given to an "
+        "OpenAI client, names the same root) (required)",
     )
     _add_common(proxy)
     proxy.add_argument(
@@ -339,7 +342,13 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--route",
         action="append",
         metavar="PATH",
-        help="forward only these paths, e.g. /v1/chat/completions (repeat; default: all of /v1)",
+        help="forward only these paths, e.g. /v1/chat/completions (repeat; default: all of /v1 "
+        "and the other APIs' paths)",
+    )
+    proxy.add_argument(
+        "--forward-other-paths",
+        action="store_true",
+        help="also forward paths outside the known APIs, under the same path checks (default: 404)",
     )
     _with_environment(proxy)
     proxy.set_defaults(handler=_run_proxy, parser=proxy)
@@ -450,6 +459,7 @@ def build_app(settings: Mapping[str, Any]) -> ASGIApp:
             timeout=settings["timeout"] or None,
             limits=limits,
             routes=list(settings["route"]) if settings.get("route") else None,
+            forward_other=bool(settings.get("forward_other_paths")),
         )
         middleware_options["forward_stop"] = settings["forward_stop"]
         readiness = UpstreamProbe(settings["upstream"], api_key=settings["api_key"])

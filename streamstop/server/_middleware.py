@@ -28,6 +28,11 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   sent, the response ends, and the app is cancelled: its ``await send(...)`` raises the
   cancellation, so an app that is a proxy closes its upstream and a model stops generating.
 - A client that disconnects (``http.disconnect``, or ``send`` failing) cancels the app too.
+- The other API families (:mod:`streamstop._families`: Anthropic's ``/v1/messages``, Ollama's
+  ``/api/chat`` and ``/api/generate``, llama.cpp's ``/completion``, TGI's ``/generate`` and
+  ``/generate_stream``) go through the same life cycle, limits, checks and record: only where
+  the stops are read, how the response is framed (SSE, NDJSON, whole JSON) and how a cut is
+  written differ, and that is the family's adapter.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +50,7 @@ import anyio.to_thread
 
 from .._automaton import StopAutomaton
 from .._chunks import cut_response
+from .._families import FAMILIES, FAMILY_PATHS, Family, FamilyStream
 from .._sse_filter import SSEFilter
 from ._asgi import (
     ASGIApp,
@@ -68,9 +74,11 @@ from ._request import (
     without_key,
 )
 
-__all__ = ["DEFAULT_PATHS", "StopMiddleware"]
+__all__ = ["DEFAULT_FAMILY_PATHS", "DEFAULT_PATHS", "StopMiddleware"]
 
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
+# The native APIs filtered besides OpenAI's: path -> family (see streamstop._families).
+DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
 
 _PASS, _SSE, _JSON = "pass", "sse", "json"
 _INFLATABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})
@@ -128,7 +136,7 @@ def _identity_encoding(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[byt
     return kept
 
 
-def _encode_json(value: dict[str, Any], *, compact: bool = False) -> bytes:
+def _encode_json(value: Any, *, compact: bool = False) -> bytes:
     separators = (",", ":") if compact else None
     try:
         return json.dumps(value, ensure_ascii=False, separators=separators).encode()
@@ -152,9 +160,11 @@ class StopMiddleware:
     non-streaming requests the backend then generates to its own end before the cut: pass
     ``forward_stop=True`` if it can handle your stops itself (they are still applied here).
 
-    ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the endpoints
-    filtered (exact match on the ASGI ``path``). ``limits`` bounds what a request may ask
-    (stops, body, JSON depth) and what the app's stream may send (lines, events); the older
+    ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the OpenAI
+    endpoints filtered (exact match on the ASGI ``path``); ``family_paths`` maps the other
+    APIs' endpoints to their family (default :data:`DEFAULT_FAMILY_PATHS`; ``{}``: none).
+    ``limits`` bounds what a request may ask (stops, body, JSON depth) and what the app's
+    stream may send (lines, events); the older
     ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
     """
 
@@ -167,11 +177,21 @@ class StopMiddleware:
         paths: Iterable[str] = DEFAULT_PATHS,
         limits: RequestLimits | None = None,
         max_body_size: int | None = None,
+        family_paths: Mapping[str, str] | None = None,
     ) -> None:
         self.app = app
         self.forward_stop = bool(forward_stop)
         self.include_stop = bool(include_stop)
         self.paths = frozenset(paths)
+        family_paths = DEFAULT_FAMILY_PATHS if family_paths is None else family_paths
+        unknown = sorted(set(family_paths.values()) - set(FAMILIES))
+        if unknown:
+            raise ValueError(
+                f"unknown API families {unknown!r} in family_paths: known are {sorted(FAMILIES)}"
+            )
+        self.family_paths = {
+            path: FAMILIES[name] for path, name in family_paths.items() if path not in self.paths
+        }
         limits = limits if limits is not None else RequestLimits()
         if max_body_size is not None:
             limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
@@ -182,21 +202,24 @@ class StopMiddleware:
         return self.limits.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or scope.get("path") not in self.paths
-        ):
+        if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path")
+        family: Family | None = None
+        if path not in self.paths:
+            family = self.family_paths.get(path)  # type: ignore[arg-type]
+            if family is None:
+                await self.app(scope, receive, send)
+                return
         received = await read_body_or_413(receive, send, self.limits.max_body_bytes)
         if received is None:
             return  # the client left before sending its request, or it was too large
         try:
             if len(received) > _PARSE_IN_THREAD_BYTES:
-                prepared = await anyio.to_thread.run_sync(self._prepare, received)
+                prepared = await anyio.to_thread.run_sync(self._prepare, received, family, path)
             else:
-                prepared = self._prepare(received)
+                prepared = self._prepare(received, family, path)
         except InvalidRequest as error:
             await send_invalid(send, error)
             return
@@ -225,14 +248,17 @@ class StopMiddleware:
             limits=self.limits,
             record=record,
             send=send,
+            family=family,
         )
         await exchange.run(scope, body, receive)
 
-    def _prepare(self, body: bytes) -> _Prepared:
+    def _prepare(self, body: bytes, family: Family | None = None, path: Any = None) -> _Prepared:
         """Parse and check the body; what this layer needs of it, and the body the app gets
         (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
         bodies; the parsed request dies here, so a large one is freed in that thread too."""
-        request = parse_body(body, self.limits)
+        request = parse_body(body, self.limits, openai=family is None)
+        if family is not None:
+            return self._prepare_family(body, request, family, str(path))
         stops = parse_stops(request, self.limits)
         if "stop" in request and not self.forward_stop:
             del request["stop"]
@@ -248,6 +274,29 @@ class StopMiddleware:
             choices=_expected_choices(request),
             stream=stream,
             include_usage=stream and include_usage(request),
+        )
+
+    def _prepare_family(
+        self, body: bytes, request: dict[str, Any], family: Family, path: str
+    ) -> _Prepared:
+        param = ".".join(family.stop_path)
+        stops = parse_stops({"stop": family.stops_value(request)}, self.limits, param=param)
+        if not self.forward_stop and family.remove_stops(request):
+            top = family.stop_path[0]
+            cut = (
+                without_key(body, top)
+                if len(family.stop_path) == 1 and len(body) > _SPLICE_BYTES
+                else None
+            )
+            body = cut if cut is not None else _encode_json(request)
+        model = request.get("model")
+        return _Prepared(
+            body=body,
+            stops=stops,
+            model=model if isinstance(model, str) else None,
+            choices=family.slots(request),
+            stream=family.streams(request, path),
+            include_usage=False,
         )
 
 
@@ -292,7 +341,9 @@ class _Exchange:
         limits: RequestLimits,
         record: RequestRecord | None,
         send: Send,
+        family: Family | None = None,
     ) -> None:
+        self._family = family
         self._app = app
         self._automaton = automaton
         self._n = n
@@ -305,7 +356,7 @@ class _Exchange:
         self._mode = _PASS
         # Inflates a body the app compressed although asked not to (gzip or deflate).
         self._inflate: Any = None
-        self._sse: SSEFilter | None = None
+        self._sse: SSEFilter | FamilyStream | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
         self._started = False
@@ -391,21 +442,35 @@ class _Exchange:
             encoding = b"identity"
         if encoding != b"identity":
             self._mode = _PASS
-        elif content_type.startswith(b"text/event-stream") or (
-            # Asked for a stream: SSE by its framing, whatever the label (none, text/plain).
-            self._stream
-            and 200 <= status < 300
-            and not content_type.startswith(b"application/json")
+        elif (
+            content_type.startswith(b"text/event-stream")
+            or (self._family is not None and content_type.startswith(b"application/x-ndjson"))
+            or (
+                # Asked for a stream: SSE by its framing, whatever the label (none, text/plain).
+                self._stream
+                and 200 <= status < 300
+                and not content_type.startswith(b"application/json")
+            )
         ):
             self._mode = _SSE
-            self._sse = SSEFilter(
-                self._automaton,
-                n=self._n,
-                include_stop=self._include_stop,
-                include_usage=self._include_usage,
-                max_line_bytes=self._limits.max_sse_line_bytes,
-                max_event_bytes=self._limits.max_sse_event_bytes,
-            )
+            if self._family is None:
+                self._sse = SSEFilter(
+                    self._automaton,
+                    n=self._n,
+                    include_stop=self._include_stop,
+                    include_usage=self._include_usage,
+                    max_line_bytes=self._limits.max_sse_line_bytes,
+                    max_event_bytes=self._limits.max_sse_event_bytes,
+                )
+            else:
+                self._sse = FamilyStream(
+                    self._family,
+                    self._automaton,
+                    n=self._n,
+                    include_stop=self._include_stop,
+                    max_line_bytes=self._limits.max_sse_line_bytes,
+                    max_event_bytes=self._limits.max_sse_event_bytes,
+                )
             message = {**message, "headers": _with_content_length(headers, None)}
         elif 200 <= status < 300 and content_type.startswith(b"application/json"):
             self._mode = _JSON
@@ -422,7 +487,7 @@ class _Exchange:
             await self._finish_body(data)
         elif self._sse.done:
             await self._finish_body(data)
-            if self._sse.chunks.done or self._sse.error is not None:
+            if self._sse.cut or self._sse.error is not None:
                 # Every choice was cut or is over, or the stream failed: stop the app, at this
                 # very await. (After the upstream's own [DONE] the app ends by itself; what it
                 # sends is dropped.)
@@ -441,11 +506,11 @@ class _Exchange:
             body += self._inflate.flush()
         return body
 
-    def _observe_stream(self, sse: SSEFilter) -> None:
+    def _observe_stream(self, sse: SSEFilter | FamilyStream) -> None:
         record = self._record
         if record is None:
             return
-        fired = sse.chunks.stop_strings
+        fired = sse.stop_strings
         if fired:
             record.stop_fired = fired[min(fired)]
             record.choices_cut = len(fired)
@@ -488,6 +553,9 @@ class _Exchange:
             response = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, []
+        if self._family is not None:
+            cut, fired = self._family.cut_whole(response, self._automaton, self._include_stop)
+            return (_encode_json(cut, compact=True) if fired else body), fired
         if not isinstance(response, dict):
             return body, []
         cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)

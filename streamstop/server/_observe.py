@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from .._families import FAMILY_PATHS
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
 from ._record import RECORD_KEY, RequestRecord
@@ -55,6 +56,7 @@ ROUTES = (
     "/v1/embeddings",
     "/v1/models",
     "/v1/models/{model}",
+    *FAMILY_PATHS,
     *_PROBES,
 )
 _UPSTREAM_ERRORS = frozenset(

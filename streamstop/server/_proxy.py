@@ -3,10 +3,14 @@
 Put it behind :class:`~streamstop.server.StopMiddleware` (that is ``streamstop proxy``) and any
 backend gets stops of any number, cut without leaks. Rules:
 
-- ``/v1/<rest>`` on the proxy is ``<upstream>/<rest>``, where ``upstream`` is the base URL an
-  OpenAI client would be given (``http://localhost:8001/v1``). Other paths get a 404, and so do
-  paths outside ``routes`` when an allow-list is given.
-- Only paths that stay under the upstream's base are forwarded: a dot segment (``..``, also as
+- ``upstream`` names the server's root (``http://localhost:11434``); a ``/v1`` suffix, the base
+  URL an OpenAI client would be given (``http://localhost:8001/v1``), names the same root. A
+  path on the proxy is that path under the root: ``/v1/chat/completions``, ``/v1/messages``,
+  ``/api/chat``, ``/completion``, ``/generate_stream``... The OpenAI API (``/v1/...``) and the
+  native paths of the other API families (:data:`streamstop._families.FAMILY_PATHS`) are
+  forwarded; any other path gets a 404 unless ``forward_other=True``, and so do paths outside
+  ``routes`` when an allow-list is given. Every path forwarded passes the same checks:
+- Only paths that stay under the upstream's root are forwarded: a dot segment (``..``, also as
   ``%2e%2e``), an encoded slash or backslash (``%2f``, ``%5c``), a backslash, a control
   character (CR, LF, NUL...) in the path or the query is a 400, OpenAI-shaped; the path is
   forwarded as received (still percent-encoded) and the URL checked to be under the base, so
@@ -17,6 +21,9 @@ backend gets stops of any number, cut without leaks. Rules:
   event over its limit ends with an SSE ``data: {"error": ...}`` event (``code``:
   ``upstream_broken``, ``upstream_timeout``, ``upstream_event_too_large``,
   ``upstream_truncated``) and a clean end.
+- An NDJSON stream (``application/x-ndjson``: Ollama's) is forwarded line by line, whole
+  lines only; a fault ends it with a line ``{"error": ...}``. On an SSE path of another family
+  the fault event is that family's (Anthropic's: ``event: error``, ``"type": "error"``).
 - Any other response is read whole first (up to ``RequestLimits.max_response_bytes``): a body
   that breaks off, or a JSON body (up to ``max_body_bytes``) that does not parse, is a 502, a
   timeout a 504, both OpenAI-shaped.
@@ -44,6 +51,7 @@ from urllib.parse import unquote_to_bytes
 import anyio
 import anyio.to_thread
 
+from .._families import FAMILIES, FAMILY_PATHS, Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
     Receive,
@@ -176,6 +184,7 @@ class ProxyApp:
     ``httpx.AsyncClient`` as ``client`` to control pooling and TLS; otherwise one is created
     at the first request and closed by :meth:`aclose` or the ASGI lifespan shutdown.
     ``routes``, if given, are the only proxy paths forwarded (``"/v1/chat/completions"``...);
+    ``forward_other=True`` forwards paths outside the known APIs too (same path checks);
     ``limits`` bounds the request body (``max_body_bytes``), whole upstream responses
     (``max_response_bytes``) and the lines and events of upstream streams; the older
     ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
@@ -191,6 +200,7 @@ class ProxyApp:
         limits: RequestLimits | None = None,
         routes: Iterable[str] | None = None,
         max_body_size: int | None = None,
+        forward_other: bool = False,
     ) -> None:
         if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
             raise ValueError(
@@ -198,6 +208,9 @@ class ProxyApp:
                 f"'http://localhost:8001/v1', got {upstream!r}"
             )
         self.upstream = upstream.rstrip("/")
+        # The server's root: "/v1/..." on the proxy is "/v1/..." under it.
+        self.root = self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
+        self.forward_other = bool(forward_other)
         self.api_key = api_key
         self.timeout = timeout
         limits = limits if limits is not None else RequestLimits()
@@ -243,13 +256,15 @@ class ProxyApp:
         except InvalidRequest as error:
             await send_invalid(send, error)
             return
-        if (path != "/v1" and not path.startswith("/v1/")) or (
+        known = path == "/v1" or path.startswith("/v1/") or path in FAMILY_PATHS
+        if not (known or self.forward_other) or (
             self.routes is not None and path not in self.routes
         ):
             await send_error(
                 send,
                 404,
-                f"Unknown request URL: {path}: this proxy serves the OpenAI API under /v1"
+                f"Unknown request URL: {path}: this proxy serves the OpenAI API under /v1 and "
+                f"{', '.join(FAMILY_PATHS)}"
                 + ("." if self.routes is None else f", routes {sorted(self.routes)}."),
                 code="unknown_url",
             )
@@ -257,7 +272,7 @@ class ProxyApp:
         body = await read_body_or_413(receive, send, self.limits.max_body_bytes)
         if body is None:
             return
-        url = self.upstream + raw[len(b"/v1") :].decode("ascii")
+        url = self.root + raw.decode("ascii")
         if query:
             url += "?" + query.decode("ascii")
         headers = [
@@ -277,13 +292,15 @@ class ProxyApp:
         if request is None or not self._under_base(request.url):
             await send_invalid(send, _bad_path(f"Invalid request path: {path!r}."))
             return
-        exchange = _Exchange(self, request, body, send, record_of(scope))
+        name = FAMILY_PATHS.get(path)
+        family = FAMILIES[name] if name is not None else None
+        exchange = _Exchange(self, request, body, send, record_of(scope), family, path)
         await call_until_disconnect(receive, lambda: exchange.forward(client))
 
     def _under_base(self, url: httpx.URL) -> bool:
         import httpx
 
-        base = httpx.URL(self.upstream)
+        base = httpx.URL(self.root)
         return (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port) and (
             url.raw_path.split(b"?")[0] + b"/"
         ).startswith(base.raw_path.rstrip(b"/") + b"/")
@@ -291,6 +308,11 @@ class ProxyApp:
 
 def _error_event(message: str, code: str) -> bytes:
     return encode_event(error_payload(message, type="server_error", code=code))
+
+
+def _error_line(message: str, code: str) -> bytes:
+    payload = error_payload(message, type="server_error", code=code)
+    return json.dumps(payload, separators=(",", ":")).encode() + b"\n"
 
 
 def _is_whole_event(pending: bytes) -> bool:
@@ -301,12 +323,14 @@ def _is_whole_event(pending: bytes) -> bool:
     return event is None or is_whole(event)
 
 
-def _asks_for_stream(body: bytes) -> bool:
+def _asks_for_stream(body: bytes, family: Family | None = None, path: str = "") -> bool:
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
-    return isinstance(request, dict) and request.get("stream") is True
+    if not isinstance(request, dict):
+        return False
+    return family.streams(request, path) if family is not None else request.get("stream") is True
 
 
 class _Exchange:
@@ -319,7 +343,11 @@ class _Exchange:
         body: bytes,
         send: Send,
         record: RequestRecord | None,
+        family: Family | None = None,
+        path: str = "",
     ) -> None:
+        self._family = family
+        self._path = path
         self._proxy = proxy
         self._request = request
         self._body = body
@@ -383,7 +411,14 @@ class _Exchange:
             # aiter_bytes() decodes: the encoding of the body changes.
             and not (encoded and key.lower() == b"content-encoding")
         ]
-        if content_type.startswith(b"text/event-stream") or (
+        ndjson = self._family is not None and self._family.framing == "ndjson"
+        if content_type.startswith(b"application/x-ndjson") or (
+            ndjson
+            and not content_type.startswith((b"application/json", b"text/event-stream"))
+            and await self._asks_for_stream()
+        ):
+            await self._relay_lines(response, status, headers)
+        elif content_type.startswith(b"text/event-stream") or (
             not content_type.startswith(b"application/json") and await self._asks_for_stream()
         ):
             await self._relay_events(response, status, headers)
@@ -392,8 +427,10 @@ class _Exchange:
 
     async def _asks_for_stream(self) -> bool:
         if len(self._body) > _PARSE_IN_THREAD_BYTES:
-            return await anyio.to_thread.run_sync(_asks_for_stream, self._body)
-        return _asks_for_stream(self._body)
+            return await anyio.to_thread.run_sync(
+                _asks_for_stream, self._body, self._family, self._path
+            )
+        return _asks_for_stream(self._body, self._family, self._path)
 
     async def _read(self, response: httpx.Response) -> bytes | None:
         """The whole body, or ``None`` (the fault recorded) if it broke off or was too large."""
@@ -476,15 +513,15 @@ class _Exchange:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
         except SSEFrameTooLarge as error:
             self._fault("too_large")
-            tail = _error_event(f"The upstream sent {error}.", "upstream_event_too_large")
+            tail = self._error_frame(f"The upstream sent {error}.", "upstream_event_too_large")
         except httpx.TimeoutException as error:
             self._fault("timeout")
-            tail = _error_event(
+            tail = self._error_frame(
                 f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
             )
         except httpx.HTTPError as error:
             self._fault("broken")
-            tail = _error_event(
+            tail = self._error_frame(
                 f"The upstream stream broke off: {type(error).__name__}.",
                 "upstream_broken",
             )
@@ -495,9 +532,66 @@ class _Exchange:
                     tail = pending + b"\n\n"
                 else:
                     self._fault("truncated")
-                    tail = _error_event(
+                    tail = self._error_frame(
                         "The upstream stream ended in the middle of an event.",
                         "upstream_truncated",
+                    )
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def _error_frame(self, message: str, code: str) -> bytes:
+        """The last frame of a stream the upstream failed: in its family's shape."""
+        family = self._family
+        if family is None:
+            return _error_event(message, code)
+        return family.encode(family.error_payload(message, code))
+
+    def _error_line(self, message: str, code: str) -> bytes:
+        family = self._family
+        if family is not None and family.framing == "ndjson":
+            return family.encode(family.error_payload(message, code))
+        return _error_line(message, code)
+
+    async def _relay_lines(
+        self, response: httpx.Response, status: int, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        """An NDJSON stream, whole lines only; a fault ends it with an error line."""
+        import httpx
+
+        decoder = NDJSONDecoder(max_line_bytes=self._proxy.limits.max_sse_event_bytes)
+        send = self._send
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        tail = b""
+        try:
+            async for piece in response.aiter_bytes():
+                lines = decoder.feed(piece)
+                if lines:
+                    out = b"\n".join(lines) + b"\n"
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        except SSEFrameTooLarge as error:
+            self._fault("too_large")
+            lines = error.lines if isinstance(error, LineTooLarge) else []
+            tail = b"".join(line + b"\n" for line in lines) + self._error_line(
+                f"The upstream sent {error}.", "upstream_event_too_large"
+            )
+        except httpx.TimeoutException as error:
+            self._fault("timeout")
+            tail = self._error_line(
+                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
+            )
+        except httpx.HTTPError as error:
+            self._fault("broken")
+            tail = self._error_line(
+                f"The upstream stream broke off: {type(error).__name__}.", "upstream_broken"
+            )
+        else:
+            last = decoder.flush()
+            if last is not None:
+                if _parses(last):
+                    tail = last + b"\n"
+                else:
+                    self._fault("truncated")
+                    tail = self._error_line(
+                        "The upstream stream ended in the middle of a line.", "upstream_truncated"
                     )
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 

@@ -97,8 +97,11 @@ def _depth(value: object, limit: int) -> bool:
     return False
 
 
-def parse_body(body: bytes, limits: RequestLimits) -> dict[str, Any]:
-    """The request body as a JSON object, or :class:`InvalidRequest` (400) saying why not."""
+def parse_body(body: bytes, limits: RequestLimits, *, openai: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object, or :class:`InvalidRequest` (400) saying why not.
+
+    ``openai=False`` (another API's body) checks its size, depth and shape only: the OpenAI
+    fields' types are not that API's (llama.cpp's ``prompt`` mixes tokens and strings)."""
     estimate = len(body) + sum(body.count(char) * cost for char, cost in _PARSED_COST)
     if estimate > _MAX_EXPANSION * len(body) + _FREE_BYTES:
         raise InvalidRequest(
@@ -132,7 +135,8 @@ def parse_body(body: bytes, limits: RequestLimits) -> dict[str, Any]:
         raise InvalidRequest(
             400, f"The JSON body of your request must be an object, got {describe(request)}."
         )
-    _check_fields(request)
+    if openai:
+        _check_fields(request)
     return request
 
 
@@ -144,8 +148,11 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ...]:
-    """The request's non-empty stop strings, within ``limits``; else :class:`InvalidRequest`."""
+def parse_stops(
+    request: dict[str, Any], limits: RequestLimits, *, param: str = "stop"
+) -> tuple[str, ...]:
+    """The request's non-empty stop strings (its ``stop``), within ``limits``; else
+    :class:`InvalidRequest` naming ``param`` (the API's name for the field)."""
     stop = request.get("stop")
     if stop is None:
         return ()
@@ -156,12 +163,12 @@ def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ..
     else:
         raise InvalidRequest(
             400,
-            f"Invalid type for 'stop': expected a string or an array of strings, got "
+            f"Invalid type for '{param}': expected a string or an array of strings, got "
             f"{describe(stop)}.",
-            param="stop",
+            param=param,
         )
     if len(stops) > limits.max_stops:
-        raise _over("max_stops", limits.max_stops, f"{len(stops)} stop strings")
+        raise _over("max_stops", limits.max_stops, f"{len(stops)} stop strings", param)
     total = 0
     for item in stops:
         if len(item) > limits.max_stop_length:
@@ -169,22 +176,25 @@ def parse_stops(request: dict[str, Any], limits: RequestLimits) -> tuple[str, ..
                 "max_stop_length",
                 limits.max_stop_length,
                 f"a stop string of {len(item)} characters ({describe(item, 40)})",
+                param,
             )
         total += len(item)
     if total > limits.max_stop_chars:
-        raise _over("max_stop_chars", limits.max_stop_chars, f"{total} characters of stops")
+        raise _over("max_stop_chars", limits.max_stop_chars, f"{total} characters of stops", param)
     if any(_has_lone_surrogate(item) for item in stops):
         raise InvalidRequest(
-            400, "Invalid 'stop': a stop string holds a lone surrogate (not text).", param="stop"
+            400,
+            f"Invalid '{param}': a stop string holds a lone surrogate (not text).",
+            param=param,
         )
     return stops
 
 
-def _over(limit: str, value: int, what: str) -> InvalidRequest:
+def _over(limit: str, value: int, what: str, param: str = "stop") -> InvalidRequest:
     return InvalidRequest(
         400,
         f"Too many stops: {what}, over the limit {limit}={value}.",
-        param="stop",
+        param=param,
         code=f"{limit}_exceeded",
     )
 

@@ -1,0 +1,352 @@
+"""A fake upstream speaking each native API the proxy filters, as the real servers write them.
+
+Shapes follow the APIs' documentation: Anthropic Messages (``/v1/messages``: SSE with
+``event:`` names, a thinking block first when ``thinking`` is asked, a tool_use block after the
+text when ``tools`` are given), Ollama (``/api/chat``, ``/api/generate``: NDJSON, streaming
+unless ``stream: false``), llama.cpp (``/completion``: ``data:`` events with ``content`` and
+``index``, a last one with ``stop: true``; one output per prompt of a list), TGI
+(``/generate_stream``: ``data:`` events with ``token``, a last one with ``generated_text`` and
+``details``; ``/generate``: one object).
+
+The model echoes the request's text (the last user message, ``prompt`` or ``inputs``) in pieces
+of ``PIECE`` characters and ignores stops, like a backend without them. A text containing
+``[forever]`` is echoed without the marker, then padded with `` more`` until the client leaves:
+a test that a cut closes the upstream waits for ``"cancelled"`` in :attr:`FakeFamilies.ends`.
+Every request body is kept in :attr:`FakeFamilies.requests`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from streamstop.server import Receive, Scope, Send
+from streamstop.server._asgi import call_until_disconnect
+
+PIECE = 3
+FOREVER = "[forever]"
+
+
+def pieces(text: str) -> list[str]:
+    return [text[i : i + PIECE] for i in range(0, len(text), PIECE)]
+
+
+def _last_user_text(messages: Any) -> str:
+    for message in reversed(messages or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(
+                    part.get("text", "")
+                    for part in content
+                    if isinstance(part, dict) and part.get("type") == "text"
+                )
+    return ""
+
+
+class FakeFamilies:
+    def __init__(self, on_stream_end: Callable[[str], object] | None = None) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.on_stream_end = on_stream_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        path = scope["path"]
+        request = json.loads(body) if body else {}
+        self.requests.append((path, request))
+        handler = {
+            "/v1/messages": self._anthropic,
+            "/api/chat": self._ollama,
+            "/api/generate": self._ollama,
+            "/completion": self._llamacpp,
+            "/generate": self._tgi,
+            "/generate_stream": self._tgi,
+        }.get(path)
+        if handler is None:
+            await _json(send, 404, {"error": f"no route {path}", "path": path})
+            return
+        await call_until_disconnect(receive, lambda: handler(path, request, send))
+
+    async def _stream(
+        self, send: Send, content_type: bytes, frames: AsyncGenerator[bytes, None]
+    ) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", content_type)],
+            }
+        )
+        outcome = "cancelled"  # the client left: call_until_disconnect cancelled this
+        try:
+            async with aclosing(frames):
+                async for frame in frames:
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+                    await anyio.lowlevel.checkpoint()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            outcome = "completed"
+        finally:
+            if self.on_stream_end is not None:
+                self.on_stream_end(outcome)
+
+    # -- Anthropic -----------------------------------------------------------------------------
+
+    async def _anthropic(self, path: str, request: dict[str, Any], send: Send) -> None:
+        text = _last_user_text(request.get("messages"))
+        model = request.get("model", "claude-fake")
+        blocks: list[dict[str, Any]] = []
+        if request.get("thinking"):
+            blocks.append({"type": "thinking", "thinking": "Let me think.", "signature": "sig"})
+        blocks.append({"type": "text", "text": text.replace(FOREVER, "")})
+        if request.get("tools"):
+            blocks.append({"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"q": "x"}})
+        if not request.get("stream"):
+            message = _message(model, blocks, "end_turn", len(pieces(text)))
+            await _json(send, 200, message)
+            return
+        await self._stream(send, b"text/event-stream", self._anthropic_events(model, blocks, text))
+
+    async def _anthropic_events(
+        self, model: str, blocks: list[dict[str, Any]], text: str
+    ) -> AsyncGenerator[bytes, None]:
+        start = _message(model, [], None, 1)
+        yield _event("message_start", {"type": "message_start", "message": start})
+        yield _event("ping", {"type": "ping"})
+        for index, block in enumerate(blocks):
+            kind = block["type"]
+            empty = {**block, "text": ""} if kind == "text" else block
+            if kind == "thinking":
+                empty = {"type": "thinking", "thinking": "", "signature": ""}
+            elif kind == "tool_use":
+                empty = {**block, "input": {}}
+            yield _event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": empty},
+            )
+            if kind == "text":
+                for piece in _text_pieces(text):
+                    yield _delta(index, {"type": "text_delta", "text": piece})
+            elif kind == "thinking":
+                yield _delta(index, {"type": "thinking_delta", "thinking": block["thinking"]})
+                yield _delta(index, {"type": "signature_delta", "signature": block["signature"]})
+            else:
+                partial = json.dumps(block["input"])
+                yield _delta(index, {"type": "input_json_delta", "partial_json": partial})
+            yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+        yield _event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(pieces(text))},
+            },
+        )
+        yield _event("message_stop", {"type": "message_stop"})
+
+    # -- Ollama --------------------------------------------------------------------------------
+
+    async def _ollama(self, path: str, request: dict[str, Any], send: Send) -> None:
+        chat = path == "/api/chat"
+        text = _last_user_text(request.get("messages")) if chat else str(request.get("prompt"))
+        model = request.get("model", "llama3.2")
+        head = {"model": model, "created_at": "2024-07-22T20:33:28.123648Z"}
+
+        def line(content: str, done: bool) -> dict[str, Any]:
+            out: dict[str, Any] = dict(head)
+            if chat:
+                out["message"] = {"role": "assistant", "content": content}
+            else:
+                out["response"] = content
+            out["done"] = done
+            if done:
+                out.update(
+                    done_reason="stop",
+                    total_duration=1000,
+                    load_duration=10,
+                    prompt_eval_count=5,
+                    prompt_eval_duration=100,
+                    eval_count=len(pieces(text)),
+                    eval_duration=800,
+                )
+                if not chat:
+                    out["context"] = [1, 2, 3]
+            return out
+
+        if request.get("stream") is False:
+            await _json(send, 200, line(text.replace(FOREVER, ""), True))
+            return
+
+        async def lines() -> AsyncGenerator[bytes, None]:
+            for piece in _text_pieces(text):
+                yield json.dumps(line(piece, False)).encode() + b"\n"
+            yield json.dumps(line("", True)).encode() + b"\n"
+
+        await self._stream(send, b"application/x-ndjson", lines())
+
+    # -- llama.cpp -----------------------------------------------------------------------------
+
+    async def _llamacpp(self, path: str, request: dict[str, Any], send: Send) -> None:
+        prompt = request.get("prompt", "")
+        prompts = prompt if isinstance(prompt, list) else [prompt]
+
+        def result(index: int, content: str, stop: bool, text: str) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "index": index,
+                "content": content,
+                "tokens": [],
+                "id_slot": index,
+                "stop": stop,
+                "model": "fake.gguf",
+                "tokens_predicted": len(pieces(text)),
+                "tokens_evaluated": 4,
+            }
+            if stop:
+                out.update(
+                    generation_settings={"n_predict": -1},
+                    prompt=text,
+                    has_new_line=False,
+                    truncated=False,
+                    stop_type="eos",
+                    stopping_word="",
+                    tokens_cached=4,
+                    timings={"predicted_ms": 1.0},
+                )
+            return out
+
+        if not request.get("stream"):
+            results = [
+                result(i, str(p).replace(FOREVER, ""), True, str(p)) for i, p in enumerate(prompts)
+            ]
+            await _json(send, 200, results if isinstance(prompt, list) else results[0])
+            return
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            # The outputs of a list of prompts interleave, piece by piece.
+            split = [pieces(str(p).replace(FOREVER, "")) for p in prompts]
+            for step in range(max(map(len, split), default=0)):
+                for index, parts in enumerate(split):
+                    if step < len(parts):
+                        yield _data(result(index, parts[step], False, str(prompts[index])))
+            if any(FOREVER in str(p) for p in prompts):
+                for piece in itertools.repeat(" more"):
+                    yield _data(result(0, piece, False, ""))
+            for index, p in enumerate(prompts):
+                yield _data(result(index, "", True, str(p)))
+
+        await self._stream(send, b"text/event-stream", events())
+
+    # -- TGI -----------------------------------------------------------------------------------
+
+    async def _tgi(self, path: str, request: dict[str, Any], send: Send) -> None:
+        text = str(request.get("inputs", ""))
+        clean = text.replace(FOREVER, "")
+        details = {
+            "finish_reason": "eos_token",
+            "generated_tokens": len(pieces(text)),
+            "seed": None,
+        }
+        if path == "/generate":
+            await _json(send, 200, {"generated_text": clean, "details": details})
+            return
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            count = 0
+            for piece in _text_pieces(text):
+                count += 1
+                token = {"id": count, "text": piece, "logprob": -0.5, "special": False}
+                yield (
+                    b"data:"
+                    + json.dumps(
+                        {"index": count, "token": token, "generated_text": None, "details": None}
+                    ).encode()
+                    + b"\n\n"
+                )
+            token = {"id": 2, "text": "</s>", "logprob": -0.1, "special": True}
+            yield (
+                b"data:"
+                + json.dumps(
+                    {
+                        "index": count + 1,
+                        "token": token,
+                        "generated_text": clean,
+                        "details": details,
+                    }
+                ).encode()
+                + b"\n\n"
+            )
+
+        await self._stream(send, b"text/event-stream", events())
+
+
+def _text_pieces(text: str) -> Iterator[str]:
+    """The pieces of ``text``; with ``[forever]``, then `` more`` without end."""
+    yield from pieces(text.replace(FOREVER, ""))
+    if FOREVER in text:
+        yield from itertools.repeat(" more")
+
+
+def _message(
+    model: str, content: list[dict[str, Any]], stop_reason: str | None, output_tokens: int
+) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 7, "output_tokens": output_tokens},
+    }
+
+
+def _event(name: str, payload: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+
+
+def _delta(index: int, delta: dict[str, Any]) -> bytes:
+    return _event(
+        "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+    )
+
+
+def _data(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+async def _json(send: Send, status: int, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

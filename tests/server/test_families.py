@@ -1,0 +1,566 @@
+"""The filter core of every API family, sans-I/O: one table of cases, run for each family.
+
+Each family has a writer (the upstream's bytes for a list of text pieces, as the real server
+frames them) and a reader (what a client makes of the filtered bytes: the text, the stop that
+ended it, the end marker). Every case runs on the whole input and again fed one byte at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamstop import StopAutomaton
+from streamstop._families import FAMILIES, FamilyStream, NDJSONDecoder
+from streamstop._sse import SSEDecoder, SSEFrameTooLarge
+
+
+@dataclass
+class Read:
+    """What a client reads from a filtered stream."""
+
+    text: str
+    stop: str | None  # the stop the end marker names (None: the model's own end, or none)
+    ended: bool  # the family's end marker was seen
+    error: bool = False
+    order: list[str] = field(default_factory=list)
+
+
+def _sse(payloads: Sequence[tuple[str | None, dict[str, Any]]], space: bool = True) -> bytes:
+    out = b""
+    for name, payload in payloads:
+        if name is not None:
+            out += f"event: {name}\n".encode()
+        out += (b"data: " if space else b"data:") + json.dumps(payload).encode() + b"\n\n"
+    return out
+
+
+def _sse_payloads(data: bytes) -> list[dict[str, Any]]:
+    decoder = SSEDecoder()
+    events = decoder.feed(data)
+    last = decoder.flush()
+    if last is not None:
+        events.append(last)
+    out = []
+    for event in events:
+        for name, value in event.fields():
+            if name == b"data":
+                out.append(json.loads(value))
+    return out
+
+
+# -- writers ---------------------------------------------------------------------------------
+
+
+def anthropic_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": {"id": "m", "content": []}}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+    ]
+    for part in parts:
+        events.append(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": part},
+                },
+            )
+        )
+    if error:
+        events.append(
+            ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "x"}})
+        )
+    elif end:
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 3},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    return _sse(events)
+
+
+def anthropic_read(data: bytes) -> Read:
+    read = Read("", None, False)
+    for payload in _sse_payloads(data):
+        kind = payload["type"]
+        read.order.append(kind)
+        if kind == "content_block_delta" and payload["delta"]["type"] == "text_delta":
+            read.text += payload["delta"]["text"]
+        elif kind == "message_delta":
+            if payload["delta"]["stop_reason"] == "stop_sequence":
+                read.stop = payload["delta"]["stop_sequence"]
+        elif kind == "message_stop":
+            read.ended = True
+        elif kind == "error":
+            read.error = True
+    if read.stop is not None:
+        # A cut ends in the API's order: the block, then the message.
+        assert read.order[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    return read
+
+
+def _ollama_bytes(key: str) -> Callable[..., bytes]:
+    def write(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+        def line(text: str, done: bool) -> dict[str, Any]:
+            out: dict[str, Any] = {"model": "m", "created_at": "2024-01-01T00:00:00Z"}
+            if key == "message":
+                out["message"] = {"role": "assistant", "content": text}
+            else:
+                out["response"] = text
+            out["done"] = done
+            if done:
+                out["done_reason"] = "stop"
+                out["eval_count"] = len(parts)
+            return out
+
+        lines = [line(part, False) for part in parts]
+        if error:
+            lines.append({"error": "model crashed"})
+        elif end:
+            lines.append(line("", True))
+        return b"".join(json.dumps(item).encode() + b"\n" for item in lines)
+
+    return write
+
+
+def _ollama_read(key: str) -> Callable[[bytes], Read]:
+    def read(data: bytes) -> Read:
+        assert data == b"" or data.endswith(b"\n")
+        out = Read("", None, False)
+        for raw in data.splitlines():
+            line = json.loads(raw)
+            if "error" in line:
+                out.error = True
+                continue
+            assert not out.ended, "nothing after the done line"
+            out.text += line["message"]["content"] if key == "message" else line["response"]
+            if line["done"]:
+                out.ended = True
+                if "eval_count" not in line:  # written by the filter: a cut
+                    assert line["done_reason"] == "stop"
+                    out.stop = "<cut>"
+        return out
+
+    return read
+
+
+def llamacpp_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {"index": 0, "content": part, "stop": False, "id_slot": 0}) for part in parts
+    ]
+    if error:
+        events.append((None, {"error": {"code": 500, "message": "x", "type": "server_error"}}))
+    elif end:
+        events.append(
+            (
+                None,
+                {"index": 0, "content": "", "stop": True, "stop_type": "eos", "stopping_word": ""},
+            )
+        )
+    return _sse(events)
+
+
+def llamacpp_read(data: bytes) -> Read:
+    out = Read("", None, False)
+    for payload in _sse_payloads(data):
+        if "error" in payload:
+            out.error = True
+            continue
+        assert not out.ended
+        out.text += payload["content"]
+        if payload["stop"]:
+            out.ended = True
+            if payload["stop_type"] == "word":
+                out.stop = payload["stopping_word"]
+    return out
+
+
+def tgi_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    events: list[tuple[str | None, dict[str, Any]]] = []
+    for i, part in enumerate(parts):
+        token = {"id": i, "text": part, "logprob": -0.1, "special": False}
+        events.append((None, {"index": i, "token": token, "generated_text": None, "details": None}))
+    if error:
+        events.append((None, {"error": "x", "error_type": "generation"}))
+    elif end:
+        token = {"id": 2, "text": "</s>", "logprob": -0.1, "special": True}
+        details = {"finish_reason": "eos_token", "generated_tokens": len(parts) + 1, "seed": None}
+        text = "".join(parts)
+        events.append(
+            (
+                None,
+                {"index": len(parts), "token": token, "generated_text": text, "details": details},
+            )
+        )
+    return _sse(events, space=False)
+
+
+def tgi_read(data: bytes) -> Read:
+    out = Read("", None, False)
+    for payload in _sse_payloads(data):
+        if "error" in payload:
+            out.error = True
+            continue
+        assert not out.ended
+        if not payload["token"]["special"]:
+            out.text += payload["token"]["text"]
+        if payload["generated_text"] is not None:
+            out.ended = True
+            assert payload["generated_text"] == out.text
+            if payload["details"]["finish_reason"] == "stop_sequence":
+                out.stop = "<cut>"
+    return out
+
+
+WRITERS: dict[str, tuple[Callable[..., bytes], Callable[[bytes], Read]]] = {
+    "anthropic": (anthropic_bytes, anthropic_read),
+    "ollama-chat": (_ollama_bytes("message"), _ollama_read("message")),
+    "ollama-generate": (_ollama_bytes("response"), _ollama_read("response")),
+    "llama.cpp": (llamacpp_bytes, llamacpp_read),
+    "tgi": (tgi_bytes, tgi_read),
+}
+# Where the end marker names the stop that fired; the others only say a stop ended it.
+NAMES_STOP = {"anthropic", "llama.cpp"}
+
+
+def test_every_family_has_a_writer() -> None:
+    assert set(WRITERS) == set(FAMILIES)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    stops: tuple[str, ...]
+    parts: tuple[str, ...]
+    text: str
+    stop: str | None
+    end: bool = True
+    error: bool = False
+    include_stop: bool = False
+
+
+CASES = [
+    Case("stop split across events", ("</s>",), ("Hel", "lo<", "/s", ">junk"), "Hello", "</s>"),
+    Case("stop inside one event", ("STOP",), ("abSTOPcd", "ef"), "ab", "STOP"),
+    Case("stop in the first event", ("x",), ("xyz", "more"), "", "x"),
+    Case("no stop: all of it", ("</s>",), ("a<b", "c</", "d"), "a<bc</d", None),
+    Case("prefix held, then released", ("</s>",), ("Hi<", "3"), "Hi<3", None),
+    Case("held text released at the model's end", ("</s>",), ("ab</",), "ab</", None),
+    Case("held text released when the body ends", ("</s>",), ("ab</",), "ab</", None, end=False),
+    Case(
+        "include_stop keeps the stop",
+        ("</s>",),
+        ("Hi</", "s>x"),
+        "Hi</s>",
+        "</s>",
+        include_stop=True,
+    ),
+    Case("the stop that ends first wins", ("bcd", "c"), ("abcde",), "ab", "c"),
+    Case("many stops", tuple(f"s{i}!" for i in range(200)), ("one s1", "99! two"), "one ", "s199!"),
+    Case("an upstream error drops the held text", ("</s>",), ("Hi<", "/"), "Hi", None, error=True),
+]
+
+
+def _run(family: str, case: Case, data: bytes, bytewise: bool) -> tuple[Read, FamilyStream]:
+    stream = FamilyStream(FAMILIES[family], case.stops, n=1, include_stop=case.include_stop)
+    if bytewise:
+        out = b"".join(stream.feed(data[i : i + 1]) for i in range(len(data)))
+    else:
+        out = stream.feed(data)
+    out += stream.flush()
+    assert stream.flush() == b""
+    return WRITERS[family][1](out), stream
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_table_for_every_family(family: str, case: Case, bytewise: bool) -> None:
+    write, _ = WRITERS[family]
+    data = write(list(case.parts), end=case.end, error=case.error)
+    read, stream = _run(family, case, data, bytewise)
+    assert read.text == case.text
+    assert read.error == case.error
+    if case.stop is not None:
+        assert read.ended
+        assert read.stop == (case.stop if family in NAMES_STOP else "<cut>")
+        assert stream.stop_strings == {0: case.stop}
+        assert stream.done
+        assert stream.cut
+    else:
+        assert read.stop is None
+        assert stream.stop_strings == {}
+        assert not stream.cut
+        assert read.ended == (case.end and not case.error)
+    if case.error:
+        assert stream.error == "upstream"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_after_a_cut_later_bytes_are_dropped(family: str) -> None:
+    write, read = WRITERS[family]
+    data = write(["a.b", "c"])
+    stream = FamilyStream(FAMILIES[family], ".")
+    first = stream.feed(data)
+    assert stream.done
+    assert stream.feed(write(["more"])) == b""
+    assert stream.flush() == b""
+    result = read(first)
+    assert (result.text, result.ended) == ("a", True)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_an_unchanged_stream_passes_byte_for_byte(family: str) -> None:
+    write, _ = WRITERS[family]
+    data = write(["Hello", " world"])
+    stream = FamilyStream(FAMILIES[family], "</s>")
+    assert stream.feed(data) + stream.flush() == data
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_frame_over_its_limit_ends_the_stream_in_error(family: str) -> None:
+    write, read = WRITERS[family]
+    data = write(["ab<", "x" * 500])
+    stream = FamilyStream(FAMILIES[family], "<!", max_line_bytes=300, max_event_bytes=300)
+    out = stream.feed(data) + stream.flush()
+    assert stream.error == "too_large"
+    result = read(out)
+    assert result.error
+    assert result.text == "ab"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_body_cut_off_mid_frame_is_an_error(family: str) -> None:
+    write, read = WRITERS[family]
+    data = write(["ab<", "cd"], end=False)
+    stream = FamilyStream(FAMILIES[family], "<!")
+    out = stream.feed(data[:-5]) + stream.flush()
+    assert stream.error == "truncated"
+    assert read(out).error
+
+
+def test_anthropic_passes_other_blocks_untouched_and_cuts_text_blocks() -> None:
+    def block(kind: str, index: int, **rest: Any) -> tuple[str, dict[str, Any]]:
+        return kind, {"type": kind, "index": index, **rest}
+
+    def text(index: int, piece: str) -> tuple[str, dict[str, Any]]:
+        return block("content_block_delta", index, delta={"type": "text_delta", "text": piece})
+
+    thought = {"type": "thinking_delta", "thinking": "STOP here is no stop"}
+    tool = {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+    thinking = [
+        block("content_block_start", 0, content_block={"type": "thinking", "thinking": ""}),
+        block("content_block_delta", 0, delta=thought),
+        block("content_block_stop", 0),
+        block("content_block_start", 1, content_block={"type": "text", "text": ""}),
+        text(1, "ok ST"),
+        text(1, "OP then"),
+        block("content_block_stop", 1),
+        block("content_block_start", 2, content_block=tool),
+    ]
+    data = _sse(thinking)
+    stream = FamilyStream(FAMILIES["anthropic"], "STOP")
+    out = stream.feed(data)
+    payloads = _sse_payloads(out)
+    assert payloads[1]["delta"]["thinking"] == "STOP here is no stop"
+    texts = [p["delta"]["text"] for p in payloads if p.get("delta", {}).get("type") == "text_delta"]
+    assert "".join(texts) == "ok "
+    assert [p["type"] for p in payloads[-3:]] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert payloads[-3]["index"] == 1
+    assert payloads[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "STOP"}
+    assert payloads[-2]["usage"]["output_tokens"] == 3
+    assert b"tool_use" not in out
+    assert b"event: message_delta\n" in out
+
+
+def test_anthropic_held_text_goes_out_before_its_block_stop() -> None:
+    stream = FamilyStream(FAMILIES["anthropic"], "STOP")
+    out = stream.feed(anthropic_bytes(["ab ST"]))
+    payloads = _sse_payloads(out)
+    kinds = [p["type"] for p in payloads]
+    stop_at = kinds.index("content_block_stop")
+    assert payloads[stop_at - 1]["delta"]["text"] == "ST"
+    assert anthropic_read(out).text == "ab ST"
+
+
+def test_llamacpp_several_prompts_end_one_by_one() -> None:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {"index": 0, "content": "a.b", "stop": False}),
+        (None, {"index": 1, "content": "cd", "stop": False}),
+        (None, {"index": 0, "content": "zzz", "stop": False}),
+        (None, {"index": 1, "content": "e.f", "stop": False}),
+        (None, {"index": 1, "content": "more", "stop": False}),
+    ]
+    stream = FamilyStream(FAMILIES["llama.cpp"], ".", n=2)
+    out = stream.feed(_sse(events[:3]))
+    assert not stream.done
+    payloads = _sse_payloads(out)
+    assert payloads[0] == {
+        "index": 0,
+        "content": "a",
+        "stop": True,
+        "stop_type": "word",
+        "stopping_word": ".",
+    }
+    assert payloads[1]["content"] == "cd"
+    assert len(payloads) == 2  # index 0 is over: its later events are dropped
+    out = stream.feed(_sse(events[3:]))
+    assert stream.done
+    assert stream.stop_strings == {0: ".", 1: "."}
+    assert [p["content"] for p in _sse_payloads(out)] == ["e"]
+
+
+def test_llamacpp_the_last_prompt_ending_with_held_text_ends_the_stream() -> None:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {"index": 0, "content": "a.b", "stop": False}),
+        (None, {"index": 1, "content": "c<", "stop": False}),
+        (None, {"index": 1, "content": "", "stop": True, "stop_type": "eos"}),
+    ]
+    stream = FamilyStream(FAMILIES["llama.cpp"], [".", "<!"], n=2)
+    out = stream.feed(_sse(events))
+    assert stream.done
+    assert [p["content"] for p in _sse_payloads(out)] == ["a", "c", "<"]
+
+
+def test_llamacpp_a_prompt_that_ends_itself_counts_as_over() -> None:
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {"index": 0, "content": "a.b", "stop": False}),
+        (None, {"index": 1, "content": "cd", "stop": True, "stop_type": "eos"}),
+        (None, {"index": 1, "content": "late", "stop": False}),
+    ]
+    stream = FamilyStream(FAMILIES["llama.cpp"], ".", n=2)
+    stream.feed(_sse(events))
+    assert stream.done
+
+
+def test_ndjson_lines_are_bounded_and_split_anywhere() -> None:
+    decoder = NDJSONDecoder(max_line_bytes=10)
+    assert decoder.feed(b'{"a"') == []
+    assert decoder.feed(b":1}\n\n{") == [b'{"a":1}']
+    assert decoder.flush() == b"{"
+    with pytest.raises(SSEFrameTooLarge):
+        decoder.feed(b"x" * 11)
+
+
+def test_tgi_generated_text_is_the_text_sent() -> None:
+    stream = FamilyStream(FAMILIES["tgi"], "</s>")
+    out = stream.feed(tgi_bytes(["Hel", "lo</", "s>x"]))
+    (*_, last) = _sse_payloads(out)
+    assert last["generated_text"] == "Hello"
+    assert last["details"]["finish_reason"] == "stop_sequence"
+    assert last["details"]["generated_tokens"] == 3
+
+
+# -- whole responses ---------------------------------------------------------------------------
+
+
+def _whole(
+    family: str, response: Any, stops: str = "STOP", include: bool = False
+) -> tuple[Any, list[str]]:
+    return FAMILIES[family].cut_whole(response, StopAutomaton.from_stops([stops]), include)
+
+
+def test_whole_anthropic_message() -> None:
+    message: dict[str, Any] = {
+        "type": "message",
+        "content": [
+            {"type": "thinking", "thinking": "STOP no"},
+            {"type": "text", "text": "hi STOP there"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+    }
+    cut, fired = _whole("anthropic", message)
+    assert fired == ["STOP"]
+    assert cut["content"] == [message["content"][0], {"type": "text", "text": "hi "}]
+    assert (cut["stop_reason"], cut["stop_sequence"]) == ("stop_sequence", "STOP")
+    assert _whole("anthropic", message, include=True)[0]["content"][1]["text"] == "hi STOP"
+    assert _whole("anthropic", {**message, "content": [message["content"][0]]})[1] == []
+
+
+def test_whole_ollama_llamacpp_tgi() -> None:
+    chat = {
+        "message": {"role": "assistant", "content": "a STOP b"},
+        "done": True,
+        "done_reason": "length",
+    }
+    assert _whole("ollama-chat", chat)[0] == {
+        **chat,
+        "message": {"role": "assistant", "content": "a "},
+        "done_reason": "stop",
+    }
+    generate = {"response": "a STOP b", "done": True, "done_reason": "length"}
+    assert _whole("ollama-generate", generate)[0]["response"] == "a "
+    many = [
+        {"content": "xSTOPy", "stop": True, "stop_type": "limit"},
+        {"content": "none", "stop": True},
+    ]
+    cut, fired = _whole("llama.cpp", many)
+    assert fired == ["STOP"]
+    assert cut[0] == {"content": "x", "stop": True, "stop_type": "word", "stopping_word": "STOP"}
+    assert cut[1] == many[1]
+    tgi = {"generated_text": "xSTOPy", "details": {"finish_reason": "length"}}
+    assert _whole("tgi", tgi)[0] == {
+        "generated_text": "x",
+        "details": {"finish_reason": "stop_sequence"},
+    }
+
+
+# -- against a reference ----------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.text(alphabet="ab<>/s", max_size=30),
+    cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=6),
+    family=st.sampled_from(sorted(FAMILIES)),
+)
+def test_any_split_gives_the_reference_cut(text: str, cuts: list[int], family: str) -> None:
+    bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
+    parts = [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    stream = FamilyStream(FAMILIES[family], ["</s>", "<>"])
+    out = stream.feed(WRITERS[family][0](parts))
+    out += stream.flush()
+    read = WRITERS[family][1](out)
+    positions = [i for i in (text.find("</s>"), text.find("<>")) if i >= 0]
+    expected = text[: min(positions)] if positions else text
+    assert read.text == expected
+
+
+def test_module_all_and_doctests() -> None:
+    import doctest
+
+    import streamstop._families as module
+
+    from ..public_api import public_definitions
+
+    assert set(module.__all__) == public_definitions(module) | {"FAMILIES", "FAMILY_PATHS"}
+    assert doctest.testmod(module).failed == 0

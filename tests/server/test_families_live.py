@@ -1,0 +1,336 @@
+"""Real clients of each API family through ``streamstop proxy``, in front of a fake upstream that
+speaks each API as its server does (:mod:`tests.server.fake_families`), all on 127.0.0.1.
+
+The anthropic SDK (raw events, the streaming helper, whole messages) and the ollama client
+(chat and generate, streamed and not) read what the proxy writes; llama.cpp and TGI, which have
+no client offline, are read with httpx. A text with ``[forever]`` never ends on its own: that
+such a stream ends, and that the fake upstream records it ``cancelled``, proves the cut closed
+the upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import ollama
+import pytest
+
+from streamstop.server import ProxyApp, StopMiddleware
+
+from .conftest import LiveServer, _serve
+from .fake_families import FOREVER, FakeFamilies
+
+STOPS = ["STOP", "</s>", "\n\nHuman:", "<|im_end|>", "END"]  # more than TGI's default cap of 4
+
+
+class Ends:
+    """How the fake upstream's streams ended; waited on without sleeping."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self.outcomes: list[str] = []
+
+    def __call__(self, outcome: str) -> None:
+        with self._condition:
+            self.outcomes.append(outcome)
+            self._condition.notify_all()
+
+    def wait_cancelled(self, count: int, seconds: float = 10.0) -> None:
+        with self._condition:
+            ok = self._condition.wait_for(
+                lambda: self.outcomes.count("cancelled") >= count, seconds
+            )
+        assert ok, f"expected {count} upstream streams cancelled, got {self.outcomes}"
+
+    def cancelled(self) -> int:
+        with self._condition:
+            return self.outcomes.count("cancelled")
+
+
+@pytest.fixture(scope="module")
+def ends() -> Ends:
+    return Ends()
+
+
+@pytest.fixture(scope="module")
+def fake(ends: Ends) -> FakeFamilies:
+    return FakeFamilies(on_stream_end=ends)
+
+
+@pytest.fixture(scope="module")
+def upstream(fake: FakeFamilies) -> Iterator[LiveServer]:
+    yield from _serve(fake)
+
+
+@pytest.fixture(scope="module")
+def proxy(upstream: LiveServer) -> Iterator[LiveServer]:
+    """``streamstop proxy --upstream http://host:port/v1``: the /v1 suffix names the root."""
+    yield from _serve(StopMiddleware(ProxyApp(upstream.url)))
+
+
+@pytest.fixture(scope="module")
+def root_proxy(upstream: LiveServer) -> Iterator[LiveServer]:
+    """``--upstream http://host:port`` (the root itself), forwarding other paths too."""
+    yield from _serve(StopMiddleware(ProxyApp(upstream.base_url, forward_other=True)))
+
+
+@pytest.fixture
+def claude(proxy: LiveServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def llama(proxy: LiveServer) -> Iterator[ollama.Client]:
+    with ollama.Client(host=proxy.base_url) as client:
+        yield client
+
+
+def _user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+# -- Anthropic -----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_anthropic_raw_events_end_with_the_stop(
+    proxy: LiveServer, ends: Ends, fake: FakeFamilies
+) -> None:
+    cancelled = ends.cancelled()
+    client = anthropic.AsyncAnthropic(base_url=proxy.base_url, api_key="k", max_retries=0)
+    async with client:
+        stream: Any = await client.messages.create(
+            model="claude-fake",
+            max_tokens=100,
+            messages=_user(f"Hello there STOP and more {FOREVER}"),
+            stop_sequences=STOPS,
+            stream=True,
+        )
+        events: list[Any] = [event async for event in stream]
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["message_start", "content_block_start"]
+    assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    text = "".join(
+        e.delta.text
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    )
+    assert text == "Hello there "
+    delta = events[-2]
+    assert delta.type == "message_delta"
+    assert delta.delta.stop_reason == "stop_sequence"
+    assert delta.delta.stop_sequence == "STOP"
+    ends.wait_cancelled(cancelled + 1)
+    path, request = fake.requests[-1]
+    assert path == "/v1/messages"
+    assert "stop_sequences" not in request  # taken out: the upstream's cap does not apply
+
+
+def test_anthropic_streaming_helper_and_blocks_that_are_not_text(
+    claude: anthropic.Anthropic,
+) -> None:
+    with claude.messages.stream(
+        model="claude-fake",
+        max_tokens=100,
+        messages=_user("Think of it.</s> never seen"),
+        stop_sequences=STOPS,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        tools=[{"name": "get", "input_schema": {"type": "object"}}],
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Think of it."
+    assert final.stop_reason == "stop_sequence"
+    assert final.stop_sequence == "</s>"
+    thinking, answer = final.content  # the tool_use block came after the cut: dropped
+    assert thinking.type == "thinking"
+    assert thinking.thinking == "Let me think."
+    assert thinking.signature == "sig"
+    assert answer.type == "text"
+    assert answer.text == "Think of it."
+
+
+def test_anthropic_tool_use_passes_when_no_stop_fires(claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(
+        model="claude-fake",
+        max_tokens=100,
+        messages=_user("Calling a tool <|im"),
+        stop_sequences=STOPS,
+        tools=[{"name": "get", "input_schema": {"type": "object"}}],
+    ) as stream:
+        final = stream.get_final_message()
+    answer, tool = final.content
+    assert answer.type == "text"
+    assert answer.text == "Calling a tool <|im"  # held, then released at the block's end
+    assert tool.type == "tool_use"
+    assert tool.input == {"q": "x"}
+    assert final.stop_reason == "end_turn"
+
+
+def test_anthropic_whole_message(claude: anthropic.Anthropic, fake: FakeFamilies) -> None:
+    message = claude.messages.create(
+        model="claude-fake",
+        max_tokens=100,
+        messages=_user("One. END two."),
+        stop_sequences=STOPS,
+    )
+    assert [block.type for block in message.content] == ["text"]
+    assert message.content[0].text == "One. "  # type: ignore[union-attr]
+    assert message.stop_reason == "stop_sequence"
+    assert message.stop_sequence == "END"
+
+
+def test_anthropic_bad_stop_sequences_are_a_400_naming_the_field(
+    claude: anthropic.Anthropic,
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as error:
+        claude.messages.create(
+            model="claude-fake",
+            max_tokens=10,
+            messages=_user("x"),
+            stop_sequences=[1, 2],  # type: ignore[list-item]
+        )
+    assert "stop_sequences" in str(error.value)
+
+
+# -- Ollama --------------------------------------------------------------------------------------
+
+
+def test_ollama_chat_stream(llama: ollama.Client, ends: Ends, fake: FakeFamilies) -> None:
+    cancelled = ends.cancelled()
+    parts = list(
+        llama.chat(
+            model="llama3.2",
+            messages=_user(f"Why is the sky blue?<|im_end|>junk {FOREVER}"),
+            options={"stop": STOPS, "temperature": 0},
+            stream=True,
+        )
+    )
+    assert "".join(part.message.content or "" for part in parts) == "Why is the sky blue?"
+    assert parts[-1].done is True
+    assert parts[-1].done_reason == "stop"
+    assert all(part.done is False for part in parts[:-1])
+    ends.wait_cancelled(cancelled + 1)
+    path, request = fake.requests[-1]
+    assert path == "/api/chat"
+    assert request["options"] == {"temperature": 0}
+
+
+def test_ollama_generate_stream_and_whole(llama: ollama.Client) -> None:
+    parts = list(
+        llama.generate(model="m", prompt="a b STOP c", options={"stop": STOPS}, stream=True)
+    )
+    assert "".join(part.response or "" for part in parts) == "a b "
+    assert parts[-1].done_reason == "stop"
+    whole = llama.generate(model="m", prompt="a b STOP c", options={"stop": STOPS}, stream=False)
+    assert whole.response == "a b "
+    assert whole.done_reason == "stop"
+    chat = llama.chat(model="m", messages=_user("x END y"), options={"stop": STOPS}, stream=False)
+    assert chat.message.content == "x "
+
+
+def test_ollama_without_a_stop_is_untouched(llama: ollama.Client) -> None:
+    parts = list(llama.chat(model="m", messages=_user("plain <| text"), stream=True))
+    assert "".join(part.message.content or "" for part in parts) == "plain <| text"
+    assert parts[-1].eval_count == 5  # the upstream's own last line, passed as it was
+
+
+def test_ollama_client_that_leaves_stops_the_upstream(llama: ollama.Client, ends: Ends) -> None:
+    cancelled = ends.cancelled()
+    stream = llama.chat(
+        model="m", messages=_user(f"going on {FOREVER}"), options={"stop": STOPS}, stream=True
+    )
+    next(iter(stream))
+    stream.close()  # type: ignore[attr-defined]
+    ends.wait_cancelled(cancelled + 1)
+
+
+# -- llama.cpp and TGI (httpx: no offline clients) ----------------------------------------------
+
+
+def _sse_data(body: bytes) -> list[dict[str, Any]]:
+    out = []
+    for line in body.splitlines():
+        if line.startswith(b"data:"):
+            out.append(json.loads(line[5:]))
+    return out
+
+
+def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamilies) -> None:
+    cancelled = ends.cancelled()
+    with httpx.Client(base_url=root_proxy.base_url) as client:
+        streamed = client.post(
+            "/completion",
+            json={"prompt": f"Once upon a time</s> {FOREVER}", "stop": STOPS, "stream": True},
+        )
+        many = client.post(
+            "/completion",
+            json={"prompt": ["a.STOP.b", "c.END.d"], "stop": STOPS, "stream": True},
+        )
+        whole = client.post("/completion", json={"prompt": "x STOP y", "stop": STOPS})
+    events = _sse_data(streamed.content)
+    assert "".join(event["content"] for event in events) == "Once upon a time"
+    assert events[-1]["stop"] is True
+    assert (events[-1]["stop_type"], events[-1]["stopping_word"]) == ("word", "</s>")
+    ends.wait_cancelled(cancelled + 1)
+    assert "stop" not in fake.requests[-1][1]
+    by_index: dict[int, str] = {}
+    for event in _sse_data(many.content):
+        by_index[event["index"]] = by_index.get(event["index"], "") + event["content"]
+    assert by_index == {0: "a.", 1: "c."}
+    assert whole.json()["content"] == "x "
+    assert whole.json()["stopping_word"] == "STOP"
+
+
+def test_tgi_generate_stream_and_generate(root_proxy: LiveServer, fake: FakeFamilies) -> None:
+    body = {"inputs": "Deep learning is<|im_end|>x", "parameters": {"stop": STOPS, "details": True}}
+    with httpx.Client(base_url=root_proxy.base_url) as client:
+        streamed = client.post("/generate_stream", json=body)
+        sent = fake.requests[-1][1]
+        whole = client.post("/generate", json=body)
+    events = _sse_data(streamed.content)
+    assert events[-1]["generated_text"] == "Deep learning is"
+    assert events[-1]["details"]["finish_reason"] == "stop_sequence"
+    assert "".join(event["token"]["text"] for event in events) == "Deep learning is"
+    assert sent["parameters"] == {"details": True}  # TGI's cap of 4 stops does not apply
+    assert whole.json() == {
+        "generated_text": "Deep learning is",
+        "details": {"finish_reason": "stop_sequence", "generated_tokens": 9, "seed": None},
+    }
+
+
+# -- routing -------------------------------------------------------------------------------------
+
+
+def test_routing_other_paths(proxy: LiveServer, root_proxy: LiveServer) -> None:
+    with httpx.Client(base_url=proxy.base_url) as client:
+        refused = client.post("/api/tags", json={})
+        bad = client.post("/api/..%2fchat", json={})
+    assert refused.status_code == 404
+    assert refused.json()["error"]["code"] == "unknown_url"
+    assert bad.status_code == 400
+    with httpx.Client(base_url=root_proxy.base_url) as client:
+        forwarded = client.post("/api/tags", json={})
+        smuggled = client.post("/api/%2e%2e/x", json={})
+    assert forwarded.status_code == 404  # the fake upstream's own answer
+    assert "no route /api/tags" in forwarded.json()["error"]["message"]
+    assert smuggled.status_code == 400
+    assert smuggled.json()["error"]["code"] == "invalid_path"
+
+
+def test_forward_stop_sends_the_stops_upstream_too(
+    upstream: LiveServer, fake: FakeFamilies
+) -> None:
+    for server in _serve(StopMiddleware(ProxyApp(upstream.url), forward_stop=True)):
+        with ollama.Client(host=server.base_url) as client:
+            reply = client.generate(
+                model="m", prompt="ab STOP", options={"stop": ["STOP"]}, stream=False
+            )
+        assert reply.response == "ab "
+        assert fake.requests[-1][1]["options"] == {"stop": ["STOP"]}

@@ -1,0 +1,383 @@
+"""The server layer for every API family: the same request checks, limits, record, thread
+offload and upstream-fault handling as the OpenAI routes, in-process (httpx's ASGI transport)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.lowlevel
+import anyio.to_thread
+import httpx
+import pytest
+
+from streamstop.server import ProxyApp, RequestLimits, StopMiddleware
+from streamstop.server._observe import route_label
+
+from .fake_families import FakeFamilies
+from .test_middleware import Client, http_scope
+from .test_proxy import http_response, raw_upstream
+from .test_proxy_faults import Recording, proxied
+
+pytestmark = pytest.mark.anyio
+
+
+def _body(
+    family: str, stops: Any, text: str = "a STOP b", stream: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """A request of ``family`` asking for ``text`` with ``stops`` where that API puts them."""
+    if family == "anthropic":
+        messages = [{"role": "user", "content": text}]
+        return "/v1/messages", {
+            "model": "c", "max_tokens": 9, "stream": stream, "messages": messages,
+            "stop_sequences": stops,
+        }  # fmt: skip
+    if family == "ollama-chat":
+        return "/api/chat", {"model": "m", "stream": stream, "options": {"stop": stops},
+                             "messages": [{"role": "user", "content": text}]}  # fmt: skip
+    if family == "ollama-generate":
+        return "/api/generate", {
+            "model": "m",
+            "stream": stream,
+            "prompt": text,
+            "options": {"stop": stops},
+        }
+    if family == "llama.cpp":
+        return "/completion", {"prompt": text, "stream": stream, "stop": stops}
+    assert family == "tgi"
+    return ("/generate_stream" if stream else "/generate"), {
+        "inputs": text,
+        "parameters": {"stop": stops},
+    }
+
+
+FAMILIES = ["anthropic", "ollama-chat", "ollama-generate", "llama.cpp", "tgi"]
+PARAMS = {
+    "anthropic": "stop_sequences",
+    "ollama-chat": "options.stop",
+    "ollama-generate": "options.stop",
+    "llama.cpp": "stop",
+    "tgi": "parameters.stop",
+}
+
+
+@asynccontextmanager
+async def served(
+    **options: Any,
+) -> AsyncIterator[tuple[httpx.AsyncClient, Recording, FakeFamilies]]:
+    fake = FakeFamilies()
+    app = Recording(StopMiddleware(fake, **options))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://s"
+    ) as client:
+        yield client, app, fake
+
+
+def _text_of(family: str, response: httpx.Response) -> str:
+    body = response.json()
+    if family == "anthropic":
+        return "".join(block["text"] for block in body["content"] if block["type"] == "text")
+    if family == "ollama-chat":
+        return str(body["message"]["content"])
+    if family == "ollama-generate":
+        return str(body["response"])
+    if family == "llama.cpp":
+        return str(body["content"])
+    return str(body["generated_text"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_whole_responses_are_cut_and_recorded(family: str) -> None:
+    path, body = _body(family, ["STOP", "x", "y", "z", "w"])
+    async with served() as (client, app, fake):
+        response = await client.post(path, json=body)
+    assert response.status_code == 200
+    assert _text_of(family, response) == "a "
+    assert int(response.headers["content-length"]) == len(response.content)
+    assert app.record.stops == 5
+    assert app.record.stop_fired == "STOP"
+    assert app.record.choices_cut == 1
+    assert PARAMS[family].split(".")[-1] not in json.dumps(fake.requests[-1][1])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_streams_are_cut_and_recorded(family: str) -> None:
+    path, body = _body(family, ["STOP"], text="abc STOP def [forever]", stream=True)
+    async with served() as (client, app, _):
+        response = await client.post(path, json=body)
+    assert response.status_code == 200
+    assert b"def" not in response.content
+    assert b" more" not in response.content
+    assert app.record.stop_fired == "STOP"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(
+    ("stops", "code"),
+    [
+        ([1], None),
+        ("", None),
+        (["a", "b", "c"], "max_stops_exceeded"),
+        (["x" * 9], "max_stop_length_exceeded"),
+    ],
+    ids=["wrong type", "empty string is no stop", "too many", "too long"],
+)
+async def test_stop_parameters_are_checked_and_named(
+    family: str, stops: Any, code: str | None
+) -> None:
+    path, body = _body(family, stops)
+    limits = RequestLimits(max_stops=2, max_stop_length=8)
+    async with served(limits=limits) as (client, _, _):
+        response = await client.post(path, json=body)
+    if stops == "":
+        assert response.status_code == 200
+        return
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == PARAMS[family]
+    assert PARAMS[family] in error["message"] or code is not None
+    assert error["code"] == code
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_bodies_are_checked_like_openai_ones(family: str) -> None:
+    path, _ = _body(family, ["STOP"])
+    async with served(limits=RequestLimits(max_body_bytes=1000)) as (client, _, fake):
+        malformed = await client.post(path, content=b"{nope")
+        deep = await client.post(path, content=b"[" * 100 + b"]" * 100)
+    assert malformed.status_code == 400
+    assert deep.status_code == 400
+    # Read in parts, like a server would give it: over the limit before its end.
+    large = Client([b"{", b" " * 2000, b"}"])
+    await StopMiddleware(fake, limits=RequestLimits(max_body_bytes=1000))(
+        http_scope(path), large.receive, large.send
+    )
+    assert large.status == 413
+    assert fake.requests == []
+
+
+async def test_a_large_body_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(function: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(function, "__name__", "?"))
+        return await real(function, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+    path, body = _body("ollama-generate", ["STOP"], text="x" * 300_000 + " STOP y")
+    async with served() as (client, _, _):
+        response = await client.post(path, json=body)
+    assert response.json()["response"] == "x" * 300_000 + " "
+    assert "_prepare" in calls  # the request
+    assert "_cut_json" in calls  # and the whole response
+
+
+async def test_family_paths_can_be_turned_off() -> None:
+    path, body = _body("ollama-generate", ["STOP"])
+    async with served(family_paths={}) as (client, _, _):
+        response = await client.post(path, json=body)
+    assert response.json()["response"] == "a STOP b"
+    with pytest.raises(ValueError, match="unknown API families"):
+        StopMiddleware(FakeFamilies(), family_paths={"/x": "nope"})
+
+
+def test_metrics_label_the_family_routes() -> None:
+    assert route_label("/api/chat") == "/api/chat"
+    assert route_label("/v1/messages") == "/v1/messages"
+
+
+# -- upstream faults through the proxy, in each family's shape ---------------------------------
+
+
+def _chunked(content_type: str, body: bytes) -> bytes:
+    """A response that breaks off: chunked framing, never finished."""
+    return (
+        (
+            f"HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n"
+            f"connection: close\r\n\r\n{len(body):x}\r\n"
+        ).encode()
+        + body
+        + b"\r\n"
+    )
+
+
+async def test_a_broken_ndjson_stream_ends_with_an_ollama_error_line() -> None:
+    lines = b'{"model":"m","response":"ab STO","done":false}\n{"model":"m","resp'
+    async with (
+        raw_upstream(lambda _: _chunked("application/x-ndjson", lines)) as upstream,
+        proxied(upstream.url) as (client, app),
+    ):
+        path, body = _body("ollama-generate", ["STOP"], stream=True)
+        response = await client.post(f"http://proxy{path}", json=body)
+    out = [json.loads(line) for line in response.content.splitlines()]
+    assert out[0]["response"] == "ab "  # "STO" held back, then dropped: it may be a stop
+    assert isinstance(out[-1]["error"], str)  # Ollama's shape: its client raises on it
+    assert app.record.upstream_error in ("broken", "truncated")
+
+
+async def test_a_broken_anthropic_stream_ends_with_an_error_event() -> None:
+    events = (
+        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"Hi ST"}}\n\nevent: content_bl'
+    )
+    async with (
+        raw_upstream(lambda _: _chunked("text/event-stream", events)) as upstream,
+        proxied(upstream.url) as (client, _),
+    ):
+        path, body = _body("anthropic", ["STOP"], stream=True)
+        response = await client.post(f"http://proxy{path}", json=body)
+    text = response.content.decode()
+    assert '"text":"Hi "' in text
+    assert text.endswith("\n\n")
+    last = text.strip().split("\n\n")[-1]
+    assert last.startswith("event: error\ndata: ")
+    assert json.loads(last.split("data: ", 1)[1])["type"] == "error"
+
+
+async def test_the_proxy_maps_paths_under_the_root() -> None:
+    answer = http_response("200 OK", "application/json", b'{"response":"x","done":true}')
+    async with raw_upstream(lambda _: answer) as upstream:
+        root = upstream.url.removesuffix("/v1")
+        for base in (upstream.url, root, root + "/"):
+            async with proxied(base) as (client, _):
+                await client.post("http://proxy/api/generate", json={"prompt": "p"})
+                await client.get("http://proxy/v1/models")
+    heads = [request.split(b"\r\n", 1)[0] for request in upstream.requests]
+    assert heads == [b"POST /api/generate HTTP/1.1", b"GET /v1/models HTTP/1.1"] * 3
+    with pytest.raises(ValueError, match="http"):
+        ProxyApp("localhost:11434")
+
+
+def _proxy_of(app: Any) -> ProxyApp:
+    """The ProxyApp at the bottom of the layers build_app stacks."""
+    while not isinstance(app, ProxyApp):
+        app = app.app
+    return app
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "forward"),
+    [
+        ([], {}, False),
+        (["--forward-other-paths"], {}, True),
+        ([], {"STREAMSTOP_FORWARD_OTHER_PATHS": "1"}, True),
+    ],
+    ids=["default", "flag", "environment"],
+)
+def test_the_cli_forwards_other_paths_when_asked(
+    flags: list[str], environ: dict[str, str], forward: bool
+) -> None:
+    from streamstop._cli import build_parser
+    from streamstop.server._commands import build_app, settings_of
+
+    args = build_parser().parse_args(["proxy", "--upstream", "http://127.0.0.1:9/v1", *flags])
+    proxy = _proxy_of(build_app(settings_of(args.parser, args, environ)))
+    assert proxy.forward_other is forward
+    assert proxy.root == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("how", ["send fails", "disconnect"])
+async def test_a_client_that_leaves_stops_the_upstream(family: str, how: str) -> None:
+    outcomes: list[str] = []
+    fake = FakeFamilies(on_stream_end=outcomes.append)
+    path, body = _body(family, ["NEVER"], text="going on [forever]", stream=True)
+    client = Client(json.dumps(body).encode(), fail_send_after=3 if how == "send fails" else None)
+    middleware = StopMiddleware(fake)
+
+    async def leave() -> None:
+        # The client reads a few frames of the endless stream, then hangs up.
+        while len(client.messages) < 3:
+            await anyio.lowlevel.checkpoint()
+        client.gone.set()
+
+    # An upstream left running would stream forever: fail rather than hang.
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            if how == "disconnect":
+                group.start_soon(leave)
+            await middleware(http_scope(path), client.receive, client.send)
+    assert outcomes == ["cancelled"]
+    assert client.status == 200
+
+
+async def test_native_fields_are_not_judged_by_openai_rules() -> None:
+    # llama.cpp takes a prompt mixing tokens and strings; OpenAI's "prompt" check would refuse it.
+    body = {"prompt": [12, "a STOP b", 34], "stop": ["STOP"], "n": "not OpenAI's"}
+    async with served() as (client, _, fake):
+        response = await client.post("/completion", json=body)
+    assert response.status_code == 200
+    assert fake.requests[-1][1]["prompt"] == [12, "a STOP b", 34]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_anthropic_sdk_raises_on_a_broken_upstream(anyio_backend: str) -> None:
+    """The fault frames are in each API's shape: its own client raises its own error. asyncio
+    only: the SDK raises from inside its own event iterators and leaves them to the garbage
+    collector, which trio reports as an error (a fault of that client, not ours)."""
+    import anthropic
+    import httpx2
+
+    anthropic_events = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":'
+        b'"message","role":"assistant","model":"c","content":[],"stop_reason":null,'
+        b'"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+        b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        b'"content_block":{"type":"text","text":""}}\n\nevent: content_bl'
+    )
+    ollama_lines = b'{"model":"m","created_at":"t","response":"ab","done":false}\n{"mo'
+    answers = {
+        b"/v1/messages": _chunked("text/event-stream", anthropic_events),
+        b"/api/generate": _chunked("application/x-ndjson", ollama_lines),
+    }
+    async with raw_upstream(lambda _: None) as upstream:
+        upstream.answer = lambda body: answers[
+            b"/v1/messages" if b"max_tokens" in body else b"/api/generate"
+        ]
+        proxy = ProxyApp(upstream.url)
+        app = StopMiddleware(proxy)
+        try:
+            # This anthropic SDK speaks through httpx2, the ollama client through httpx.
+            async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)) as http:
+                claude = anthropic.AsyncAnthropic(
+                    base_url="http://proxy", api_key="k", max_retries=0, http_client=http
+                )
+                stream = await claude.messages.create(
+                    model="c",
+                    max_tokens=5,
+                    messages=[{"role": "user", "content": "x"}],
+                    stop_sequences=["STOP"],
+                    stream=True,
+                )
+                with pytest.raises(anthropic.APIError, match=r"broke off|middle"):
+                    await _drain(stream)
+        finally:
+            await proxy.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_ollama_client_raises_on_a_broken_upstream(anyio_backend: str) -> None:
+    """asyncio only, as above: the ollama client leaves httpx's line iterator to the GC."""
+    import ollama
+
+    lines = b'{"model":"m","created_at":"t","response":"ab","done":false}\n{"mo'
+    async with raw_upstream(lambda _: _chunked("application/x-ndjson", lines)) as upstream:
+        proxy = ProxyApp(upstream.url)
+        try:
+            transport = httpx.ASGITransport(app=StopMiddleware(proxy))
+            llama = ollama.AsyncClient(host="http://proxy", transport=transport)
+            parts = await llama.generate(
+                model="m", prompt="x", options={"stop": ["STOP"]}, stream=True
+            )
+            with pytest.raises(ollama.ResponseError, match=r"broke off|middle"):
+                await _drain(parts)
+        finally:
+            await proxy.aclose()
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
