@@ -34,6 +34,7 @@ import anyio
 from .._families import FAMILY_PATHS
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
+from ._proxy import upstream_root
 from ._record import RECORD_KEY, RequestRecord
 
 if TYPE_CHECKING:
@@ -109,7 +110,11 @@ class AlwaysReady:
 
 
 class UpstreamProbe:
-    """Ready when the upstream answered ``GET <upstream>/models`` within ``ttl`` seconds.
+    """Ready when the upstream answered ``GET <root>/v1/models`` within ``ttl`` seconds.
+
+    ``upstream`` is what the proxy was given: the server's root, or its ``/v1`` base; any
+    answer below 500 counts, so a root that serves no OpenAI API (TGI's native routes, say)
+    still shows as live by its 404.
 
     A probe waits at most ``timeout`` seconds; its result, good or bad, is kept for ``ttl``
     seconds, so a load balancer polling every replica often costs the upstream one request per
@@ -128,7 +133,7 @@ class UpstreamProbe:
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.url = upstream.rstrip("/") + "/models"
+        self.url = upstream_root(upstream) + "/v1/models"
         self.api_key = api_key
         self.timeout = timeout
         self.ttl = ttl

@@ -72,7 +72,7 @@ from ._request import InvalidRequest, describe, send_invalid
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ProxyApp", "checked_path", "upstream_error_payload"]
+__all__ = ["ProxyApp", "checked_path", "upstream_error_payload", "upstream_root"]
 
 # Hop-by-hop headers (RFC 9110, 7.6.1) and those the proxy sets itself.
 _REQUEST_DROP = frozenset(
@@ -175,6 +175,13 @@ def upstream_error_payload(status: int, body: bytes) -> dict[str, Any]:
     return error_payload(message, type=kind, param=param, code=status)
 
 
+def upstream_root(upstream: str) -> str:
+    """The server's root named by ``upstream``: ``/v1/...`` on the proxy is ``/v1/...`` under it,
+    so ``http://host:8001/v1`` and ``http://host:8001`` name the same root."""
+    upstream = upstream.rstrip("/")
+    return upstream[:-3] if upstream.endswith("/v1") else upstream
+
+
 class ProxyApp:
     """An ASGI app forwarding OpenAI API requests to ``upstream``, streaming with httpx.
 
@@ -208,8 +215,7 @@ class ProxyApp:
                 f"'http://localhost:8001/v1', got {upstream!r}"
             )
         self.upstream = upstream.rstrip("/")
-        # The server's root: "/v1/..." on the proxy is "/v1/..." under it.
-        self.root = self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
+        self.root = upstream_root(upstream)
         self.forward_other = bool(forward_other)
         self.api_key = api_key
         self.timeout = timeout

@@ -341,6 +341,19 @@ class Upstream:
         return self.answer(request)
 
 
+@pytest.mark.parametrize("upstream", ["http://up:1", "http://up:1/", "http://up:1/v1"])
+async def test_upstream_probe_asks_the_roots_openai_models(upstream: str) -> None:
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(404)  # a live server without the OpenAI API is still live
+
+    probe = UpstreamProbe(upstream, transport=httpx.MockTransport(answer))
+    assert await probe.check() is None
+    assert asked == ["http://up:1/v1/models"]
+
+
 async def test_upstream_probe() -> None:
     upstream = Upstream()
     now = [0.0]
