@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 
-from streamstop.chat import SSEFilter
 from streamstop.server import Message, Receive, Scope, Send, StopMiddleware
 
 pytestmark = pytest.mark.anyio
@@ -148,8 +147,15 @@ async def test_sse_split_into_single_bytes_is_filtered_as_a_whole() -> None:
     app = App([body[i : i + 1] for i in range(len(body))])
     client = Client(request())
     await run(app, client)
-    whole = SSEFilter("</s>", n=1)
-    assert client.body == whole.feed(body) + whole.flush()
+    assert client.body == (
+        # Passed through byte for byte while nothing changes.
+        b'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]}'
+        b"\n\n"
+        # Re-encoded once changed: the held "</" cut off, then the stop's empty delta.
+        b'data: {"choices":[{"index":0,"delta":{"content":"lo "},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
     assert text_of(client.body) == "Hello "
     assert client.body.endswith(b"data: [DONE]\n\n")
     assert client.complete
@@ -263,18 +269,45 @@ async def test_an_app_that_never_ends_its_body_is_ended_with_the_held_text() -> 
 
 
 @pytest.mark.parametrize(
-    "scope",
+    ("scope", "messages"),
     [
-        http_scope(method="GET"),
-        http_scope(path="/v1/embeddings"),
-        {"type": "lifespan"},
+        # A stop in the body, which a filter would cut: here it goes through byte for byte.
+        (
+            http_scope(method="GET"),
+            [
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")],
+                },
+                {"type": "http.response.body", "body": b"data: </s>\n\n", "more_body": True},
+                {"type": "http.response.body", "body": b"", "more_body": False},
+            ],
+        ),
+        (
+            http_scope(path="/v1/embeddings"),
+            [
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")],
+                },
+                {"type": "http.response.body", "body": b"data: </s>\n\n", "more_body": True},
+                {"type": "http.response.body", "body": b"", "more_body": False},
+            ],
+        ),
+        ({"type": "lifespan"}, []),
     ],
 )
-async def test_other_requests_pass_through_untouched(scope: Scope) -> None:
+async def test_other_requests_pass_through_untouched(scope: Scope, messages: list[Message]) -> None:
     app = App([b"data: </s>\n\n"])
     client = Client(request())
     await run(app, client, dict(scope))
-    assert app.receive == client.receive  # the server's own receive, untouched
+    # The server's own scope, receive and send, untouched.
+    assert app.scope == scope
+    assert app.receive == client.receive
+    assert client.messages == messages
+    assert app.request_body == (b"" if scope["type"] == "lifespan" else request())
 
 
 async def test_responses_that_are_not_ours_to_touch() -> None:
