@@ -21,12 +21,8 @@ from streamstop.server._record import RECORD_KEY, RequestRecord
 from .conftest import LiveServer
 from .test_proxy import RawUpstream, http_response, raw_upstream
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+# Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
+# ``async def test`` (marked one by one: the module has sync tests too).
 
 
 class HoldingUpstream(RawUpstream):
@@ -128,6 +124,7 @@ class _Client:
 
 
 @pytest.mark.parametrize("case", BAD_PATHS)
+@pytest.mark.asyncio
 async def test_paths_that_could_leave_the_base_are_a_400(case: str) -> None:
     path, raw_path, query = BAD_PATHS[case]
     scope = {
@@ -152,6 +149,7 @@ async def test_paths_that_could_leave_the_base_are_a_400(case: str) -> None:
     assert error["message"].startswith("Invalid request path ")
 
 
+@pytest.mark.asyncio
 async def test_an_allow_list_of_routes() -> None:
     answer = http_response("200 OK", "application/json", b'{"data":[]}')
     async with (
@@ -168,6 +166,7 @@ async def test_an_allow_list_of_routes() -> None:
     assert request.startswith(b"GET /v1/models HTTP/1.1\r\n")
 
 
+@pytest.mark.asyncio
 async def test_an_encoded_character_in_a_name_is_forwarded_as_received() -> None:
     answer = http_response("200 OK", "application/json", b"{}")
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, _):
@@ -184,6 +183,7 @@ BROKEN_ERROR = (
 )
 
 
+@pytest.mark.asyncio
 async def test_a_stream_broken_mid_event_sends_neither_held_text_nor_half_an_event() -> None:
     # "partial <" holds "<" (maybe "</s>"); the next event is cut off, then the connection.
     answer = chunked(event("partial <"), b'data: {"choices":[{"ind')
@@ -194,6 +194,7 @@ async def test_a_stream_broken_mid_event_sends_neither_held_text_nor_half_an_eve
     assert app.record.upstream_error == "broken"
 
 
+@pytest.mark.asyncio
 async def test_a_stream_that_ends_mid_event_ends_with_a_truncation_error() -> None:
     body = event("partial <") + b'data: {"choices":[{"ind'
     answer = http_response("200 OK", "text/event-stream", body)
@@ -206,6 +207,7 @@ async def test_a_stream_that_ends_mid_event_ends_with_a_truncation_error() -> No
     assert app.record.upstream_error == "truncated"
 
 
+@pytest.mark.asyncio
 async def test_a_last_event_missing_only_its_blank_line_is_whole() -> None:
     body = event("fine")[:-2]
     answer = http_response("200 OK", "text/event-stream", body)
@@ -215,6 +217,7 @@ async def test_a_last_event_missing_only_its_blank_line_is_whole() -> None:
     assert app.record.upstream_error is None
 
 
+@pytest.mark.asyncio
 async def test_a_stalled_stream_ends_with_a_timeout_event_and_no_held_text() -> None:
     async with (
         holding_upstream(chunked(event("partial <"))) as upstream,
@@ -228,6 +231,7 @@ async def test_a_stalled_stream_ends_with_a_timeout_event_and_no_held_text() -> 
     assert app.record.upstream_error == "timeout"
 
 
+@pytest.mark.asyncio
 async def test_an_event_over_its_cap_ends_the_stream() -> None:
     answer = chunked(event("ok"), b"data: " + b"x" * 300)
     limits = RequestLimits(max_sse_line_bytes=100)
@@ -245,6 +249,7 @@ async def test_an_event_over_its_cap_ends_the_stream() -> None:
 
 
 @pytest.mark.parametrize("content_type", [b"text/plain", b""])
+@pytest.mark.asyncio
 async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:
     answer = chunked(event("Hi </"), event("s> secret"), content_type=content_type)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -262,6 +267,7 @@ async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:
 COMPLETION = b'{"choices":[{"index":0,"text":"a</s>b"}]}'
 
 
+@pytest.mark.asyncio
 async def test_a_truncated_body_is_a_502() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION)[:-10]  # then it closes
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -271,6 +277,7 @@ async def test_a_truncated_body_is_a_502() -> None:
     assert app.record.upstream_error == "truncated"
 
 
+@pytest.mark.asyncio
 async def test_an_invalid_json_body_is_a_502() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION[:-10])
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -288,6 +295,7 @@ async def test_an_invalid_json_body_is_a_502() -> None:
     assert app.record.upstream_error == "invalid"
 
 
+@pytest.mark.asyncio
 async def test_a_body_that_stalls_is_a_504() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     async with (
@@ -300,6 +308,7 @@ async def test_a_body_that_stalls_is_a_504() -> None:
     assert app.record.upstream_error == "timeout"
 
 
+@pytest.mark.asyncio
 async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -314,6 +323,7 @@ async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     assert app.record.upstream_error == "status"
 
 
+@pytest.mark.asyncio
 async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
     answer = http_response("200 OK", "application/json", b"{}")
     limits = RequestLimits(max_body_bytes=100)
@@ -329,6 +339,7 @@ async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
     assert upstream.requests == []
 
 
+@pytest.mark.asyncio
 async def test_a_whole_response_over_the_body_limit_is_a_502() -> None:
     completion = json.dumps({"choices": [{"index": 0, "text": "x" * 500}]}).encode()
     answer = http_response("200 OK", "application/json", completion)
@@ -352,6 +363,7 @@ LIVE_BAD_TARGETS = [
 
 
 @pytest.mark.parametrize("target", LIVE_BAD_TARGETS)
+@pytest.mark.asyncio
 async def test_hostile_targets_through_uvicorn_get_an_openai_shaped_400(
     proxy_server: LiveServer, target: bytes
 ) -> None:
