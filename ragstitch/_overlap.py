@@ -1,33 +1,34 @@
-# The overlap of two token sequences: the largest k such that the last k tokens of `left` equal
-# the first k tokens of `right`.
-#
-# Rules of this file:
-# - Everything is exact. Tokens are compared with `==` and must equal themselves (`x == x`; a
-#   float NaN is the one common value that does not), so the answer never depends on which path
-#   below computed it.
-# - The cost is O(m), m = min(len(left), len(right)), on every input. Only the last m tokens of
-#   `left` can take part in an overlap, so nothing before them is ever read.
-# - The usual case is served by C-level operations. A candidate is a start position s in the
-#   last m tokens of `left`, for an overlap of k = len(left) - s tokens. `list.index` finds the
-#   candidates: the positions where an *anchor* token `right[j]` occurs (at s + j). Two O(1)
-#   probes (the last token, the second one) and a comparison of the first _PROBE tokens reject
-#   most of them, and one slice comparison confirms a candidate. Candidates are tried longest
-#   first, so the first confirmed one is the answer.
-# - The anchor is `right[0]` to begin with. If it is a frequent token (a space, "the", ",")
-#   and many candidates go by, the tokens `right[:_ANCHORS]` are counted in the next _SAMPLE
-#   tokens of `left`, and `left[-1]` in the first _SAMPLE places of `right` where it would
-#   have to be (`list.count`, C-level); scanning goes on with the rarest. With `right[j]`, the
-#   few short candidates (k <= j) that it cannot see are checked at the end; with `left[-1]`,
-#   found in `right` reversed, every candidate is seen, longest first.
-# - Adversarial input (one token repeated, periodic text) can make many candidates survive the
-#   probes, and each whole-slice comparison costs O(k). Their total cost is metered (the probes
-#   cost O(1) per candidate and need no meter); once it passes a small multiple of m we switch
-#   to the Knuth-Morris-Pratt failure function, which is O(m) in pure Python. The fast path
-#   never spends more than that allowance, so the worst case stays linear.
-# - The check of a candidate that passed the probes (whole slice if short, else the first
-#   _PROBE tokens, the meter, the whole slice) is written out in each of the three search loops
-#   on purpose: as a helper it costs a call per such candidate, about 10% on text from a small
-#   alphabet, where many candidates pass the probes.
+"""The overlap of two token sequences: the largest k such that the last k tokens of `left` equal
+the first k tokens of `right`.
+
+Rules of this file:
+- Everything is exact. Tokens are compared with `==` and must equal themselves (`x == x`; a
+  float NaN is the one common value that does not), so the answer never depends on which path
+  below computed it.
+- The cost is O(m), m = min(len(left), len(right)), on every input. Only the last m tokens of
+  `left` can take part in an overlap, so nothing before them is ever read.
+- The usual case is served by C-level operations. A candidate is a start position s in the
+  last m tokens of `left`, for an overlap of k = len(left) - s tokens. `list.index` finds the
+  candidates: the positions where an *anchor* token `right[j]` occurs (at s + j). Two O(1)
+  probes (the last token, the second one) and a comparison of the first _PROBE tokens reject
+  most of them, and one slice comparison confirms a candidate. Candidates are tried longest
+  first, so the first confirmed one is the answer.
+- The anchor is `right[0]` to begin with. If it is a frequent token (a space, "the", ",")
+  and many candidates go by, the tokens `right[:_ANCHORS]` are counted in the next _SAMPLE
+  tokens of `left`, and `left[-1]` in the first _SAMPLE places of `right` where it would
+  have to be (`list.count`, C-level); scanning goes on with the rarest. With `right[j]`, the
+  few short candidates (k <= j) that it cannot see are checked at the end; with `left[-1]`,
+  found in `right` reversed, every candidate is seen, longest first.
+- Adversarial input (one token repeated, periodic text) can make many candidates survive the
+  probes, and each whole-slice comparison costs O(k). Their total cost is metered (the probes
+  cost O(1) per candidate and need no meter); once it passes a small multiple of m we switch
+  to the Knuth-Morris-Pratt failure function, which is O(m) in pure Python. The fast path
+  never spends more than that allowance, so the worst case stays linear.
+- The check of a candidate that passed the probes (whole slice if short, else the first
+  _PROBE tokens, the meter, the whole slice) is written out in each of the three search loops
+  on purpose: as a helper it costs a call per such candidate, about 10% on text from a small
+  alphabet, where many candidates pass the probes.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-# What the framework integrations put in the metadata of a merged document or node: where each
-# chunk it holds came from. Kept apart so that `ragstitch.langchain` and `ragstitch.llamaindex`
-# describe their sources the same way, and so that it can be tested without either library.
+"""What the framework integrations put in the metadata of a merged document or node: where each
+chunk it holds came from. Kept apart so that `ragstitch.langchain` and `ragstitch.llamaindex`
+describe their sources the same way, and so that it can be tested without either library.
+"""
 
 from __future__ import annotations
 
