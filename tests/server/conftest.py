@@ -11,14 +11,18 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import httpx
 import openai
 import pytest
 import uvicorn
+from anyio.abc import SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from streamstop.server import ASGIApp, EchoModel, ProxyApp, StopMiddleware
 
@@ -217,3 +221,54 @@ async def leave_after_events(url: str, request: dict[str, Any], events: int) -> 
             received += line.startswith("data: ")
             if received == events:
                 break
+
+
+# -- raw upstreams: fixed bytes over TCP, for the proxy's fault tests --------------------------
+
+
+def http_response(status: str, content_type: str, body: bytes) -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+class RawUpstream:
+    """A TCP server that reads one HTTP request and answers with fixed bytes (or never)."""
+
+    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
+        self.answer = answer
+        self.requests: list[bytes] = []
+        self.url = ""
+
+    async def _handle(self, stream: SocketStream) -> None:
+        async with stream:
+            buffered = BufferedByteReceiveStream(stream)
+            head = await buffered.receive_until(b"\r\n\r\n", 65536)
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = await buffered.receive_exactly(length) if length else b""
+            self.requests.append(head + b"\r\n\r\n" + body)
+            answer = self.answer(body)
+            if answer is None:
+                await anyio.sleep_forever()
+            else:
+                await stream.send(answer)
+
+
+@asynccontextmanager
+async def raw_upstream(
+    answer: Callable[[bytes], bytes | None], kind: type[RawUpstream] = RawUpstream
+) -> AsyncIterator[RawUpstream]:
+    """A :class:`RawUpstream` (or a subclass, ``kind``) listening on a free loopback port."""
+    upstream = kind(answer)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    upstream.url = f"http://127.0.0.1:{port}/v1"
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, upstream._handle)
+        yield upstream
+        group.cancel_scope.cancel()

@@ -8,7 +8,7 @@ upstreams that misbehave on purpose (HTML errors, a stream that breaks, silence)
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,13 +16,20 @@ import anyio
 import httpx
 import openai
 import pytest
-from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from streamstop.server import ProxyApp, StopMiddleware
 from streamstop.server._proxy import upstream_error_payload
 
-from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, leave_after_events, user
+from .conftest import (
+    LONG_TEXT,
+    LiveServer,
+    StreamEnds,
+    client_for,
+    http_response,
+    leave_after_events,
+    raw_upstream,
+    user,
+)
 
 # Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
 # ``async def test`` (marked one by one: the module has sync tests too).
@@ -117,44 +124,6 @@ async def test_one_hundred_concurrent_streams_through_the_proxy(proxy_server: Li
 # -- misbehaving upstreams, in-process ---------------------------------------------------------
 
 
-class RawUpstream:
-    """A TCP server that reads one HTTP request and answers with fixed bytes (or never)."""
-
-    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
-        self.answer = answer
-        self.requests: list[bytes] = []
-        self.url = ""
-
-    async def _handle(self, stream: SocketStream) -> None:
-        async with stream:
-            buffered = BufferedByteReceiveStream(stream)
-            head = await buffered.receive_until(b"\r\n\r\n", 65536)
-            length = 0
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = await buffered.receive_exactly(length) if length else b""
-            self.requests.append(head + b"\r\n\r\n" + body)
-            answer = self.answer(body)
-            if answer is None:
-                await anyio.sleep_forever()
-            else:
-                await stream.send(answer)
-
-
-@asynccontextmanager
-async def raw_upstream(answer: Callable[[bytes], bytes | None]) -> AsyncIterator[RawUpstream]:
-    upstream = RawUpstream(answer)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    upstream.url = f"http://127.0.0.1:{port}/v1"
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, upstream._handle)
-        yield upstream
-        group.cancel_scope.cancel()
-
-
 @asynccontextmanager
 async def proxy_client(
     upstream_url: str, **options: Any
@@ -166,13 +135,6 @@ async def proxy_client(
             yield client, proxy
     finally:
         await proxy.aclose()
-
-
-def http_response(status: str, content_type: str, body: bytes) -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    ).encode() + body
 
 
 @pytest.mark.asyncio

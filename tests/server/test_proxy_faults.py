@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -18,8 +18,7 @@ from streamstop.server import Message, ProxyApp, Receive, Scope, Send, StopMiddl
 from streamstop.server._limits import RequestLimits
 from streamstop.server._record import RECORD_KEY, RequestRecord
 
-from .conftest import LiveServer
-from .test_proxy import RawUpstream, http_response, raw_upstream
+from .conftest import LiveServer, RawUpstream, http_response, raw_upstream
 
 # Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
 # ``async def test`` (marked one by one: the module has sync tests too).
@@ -38,16 +37,8 @@ class HoldingUpstream(RawUpstream):
             await anyio.sleep_forever()
 
 
-@asynccontextmanager
-async def holding_upstream(answer: bytes) -> AsyncIterator[HoldingUpstream]:
-    upstream = HoldingUpstream(lambda _: answer)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    upstream.url = f"http://127.0.0.1:{port}/v1"
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, upstream._handle)
-        yield upstream
-        group.cancel_scope.cancel()
+def holding_upstream(answer: bytes) -> AbstractAsyncContextManager[RawUpstream]:
+    return raw_upstream(lambda _: answer, HoldingUpstream)
 
 
 class Recording:
