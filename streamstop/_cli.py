@@ -183,9 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(server=server).parse_args(argv)
     try:
         return int(args.handler(args))
+    except UnicodeDecodeError as error:
+        # stdin that is not UTF-8, under --errors strict.
+        print(f"streamstop: error: {error}", file=sys.stderr)
+        return 2
     except ValueError as error:
-        # What the user gave was refused: stdin that is not UTF-8 under --errors strict (a
-        # UnicodeDecodeError), or a setting of serve/proxy (limits, key file, upstream URL).
+        if not server:
+            raise  # a bug of ours: filter and demo check what they are given in the parser
+        # A setting serve or proxy refused: a limit, the key file, the upstream URL.
         print(f"streamstop: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:
