@@ -93,7 +93,7 @@ def _encoding() -> object | None:
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             import bpe_openai
-        except ImportError:  # pragma: no cover - bpe-openai is in the bench extra
+        except ImportError:  # pragma: no cover - bpe-openai is in the dev extra
             return None
         encoding: object = bpe_openai.get_encoding(ENCODING)
         encoding.encode_ordinary("loads the vocabulary now")  # type: ignore[attr-defined]

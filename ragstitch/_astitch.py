@@ -1,16 +1,18 @@
-# The async adapter: a short loop that pulls chunks from an async source into a `Stitcher`.
-#
-# All assembly logic lives in the sans-I/O `Stitcher`; this is the only module that imports anyio.
-# The loop pulls no chunk once `Stitcher.done` is true (assembly stopped, or no budget remains),
-# and it closes the source's iterator in `finally`, shielded from cancellation, whether the loop
-# ended by exhaustion, by `done`, by an error or by cancellation. Works under asyncio and trio.
+"""The async adapter: a short loop that pulls chunks from an async source into a `Stitcher`.
+
+All assembly logic lives in the sans-I/O `Stitcher`. The loop pulls no chunk once
+`Stitcher.done` is true (assembly stopped, or no budget remains), and it closes the source's
+iterator and the source in `finally`, shielded from cancellation, whether the loop ended by
+exhaustion, by `done`, by an error or by cancellation: the life cycle of every stream wrapper
+(`streamstop._lifecycle`). Works under asyncio and trio.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from typing import TypeVar
 
-import anyio
+from streamstop._lifecycle import aclose_source, upstreams
 
 from ._errors import describe
 from ._result import StitchResult
@@ -26,7 +28,8 @@ T = TypeVar("T")
 async def afeed(stitcher: Stitcher[T], source: AsyncIterable[ChunkLike[T]]) -> None:
     """Offer chunks from `source` to `stitcher` until the source ends or the stitcher is done.
 
-    The source's iterator is closed (`aclose()`, if it has one) before returning or raising.
+    The source's iterator and the source are closed (`aclose()`, or `close()`, awaited if need
+    be) before returning or raising, shielded from cancellation.
     """
     if not hasattr(source, "__aiter__"):
         raise TypeError(
@@ -42,10 +45,7 @@ async def afeed(stitcher: Stitcher[T], source: AsyncIterable[ChunkLike[T]]) -> N
             if stitcher.done:
                 return
     finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True):
-                await aclose()
+        await aclose_source(*upstreams(source, iterator))
 
 
 async def astitch(

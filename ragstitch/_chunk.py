@@ -1,20 +1,21 @@
-# What a chunk is. The stitcher accepts, in this order of precedence:
-# - any object with a `tokens` attribute (a sequence of tokens), such as `Chunk`;
-# - any object with text, when a tokenizer is given: a `text` attribute (`TextChunk`, LlamaIndex
-#   nodes), `page_content` (LangChain) or `content` (Haystack), all read by `read_text`;
-# - a bare sequence of tokens (list, tuple, ...);
-# - a bare `str`, when a tokenizer is given.
-# An object may also carry `id` and `metadata` attributes; they are copied into the chunk's record
-# so that an answer can cite its sources. `Chunk` and `TextChunk` are the small frozen types that
-# carry all three.
-#
-# The frameworks' chunk types are text chunks as they are (`read_text` knows their names):
-# LangChain's `Document` (`page_content`, `id`, `metadata["source"]`, `metadata["start_index"]`
-# with `add_start_index=True`), LlamaIndex's `TextNode` and `NodeWithScore` (`text`, `node_id`,
-# `ref_doc_id`, `start_char_idx`) and Haystack's `Document` (`content`, `id`, `meta["source_id"]`,
-# `meta["split_idx_start"]`). Their document id and start offset place a chunk in its document
-# for `order="document"`; a `TextChunk` gives them as `source` and `start`. A chunk ends at
-# `start + len(text)` (LlamaIndex's `end_char_idx` is not read: the text is what is laid out).
+"""What a chunk is. The stitcher accepts, in this order of precedence:
+- any object with a `tokens` attribute (a sequence of tokens), such as `Chunk`;
+- any object with text, when a tokenizer is given: a `text` attribute (`TextChunk`, LlamaIndex
+  nodes), `page_content` (LangChain) or `content` (Haystack), all read by `read_text`;
+- a bare sequence of tokens (list, tuple, ...);
+- a bare `str`, when a tokenizer is given.
+An object may also carry `id` and `metadata` attributes; they are copied into the chunk's record
+so that an answer can cite its sources. `Chunk` and `TextChunk` are the small frozen types that
+carry all three.
+
+The frameworks' chunk types are text chunks as they are (`read_text` knows their names):
+LangChain's `Document` (`page_content`, `id`, `metadata["source"]`, `metadata["start_index"]`
+with `add_start_index=True`), LlamaIndex's `TextNode` and `NodeWithScore` (`text`, `node_id`,
+`ref_doc_id`, `start_char_idx`) and Haystack's `Document` (`content`, `id`, `meta["source_id"]`,
+`meta["split_idx_start"]`). Their document id and start offset place a chunk in its document
+for `order="document"`; a `TextChunk` gives them as `source` and `start`. A chunk ends at
+`start + len(text)` (LlamaIndex's `end_char_idx` is not read: the text is what is laid out).
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
-# The `ragstitch` command: JSON lines of chunks in, the assembled context and a report out.
-#
-# Input: one JSON object per line, {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]},
-# optionally with "metadata": {...}, and for text "source" and "start" (the document id and the
-# character offset of the chunk there; LangChain's and Haystack's metadata names are read too);
-# blank lines are ignored. When any chunk has "text", the context is text, stitched on its text
-# and charged in the tokens of --tokenizer (default `WordTokenizer`; "tokens" are then that
-# tokenizer's and are decoded), non-overlapping chunks are joined by --separator, and the text
-# is printed. Otherwise the tokens are printed as one JSON array. The report goes to stderr, so
-# stdout holds only the context; with --json, stdout holds one JSON object with the context and
-# every record.
-# Exit status: 0 on success, 1 for bad input, 2 for bad usage.
+"""The `ragstitch` command: JSON lines of chunks in, the assembled context and a report out.
+
+Input: one JSON object per line, {"id": ..., "text": "..."} or {"id": ..., "tokens": [...]},
+optionally with "metadata": {...}, and for text "source" and "start" (the document id and the
+character offset of the chunk there; LangChain's and Haystack's metadata names are read too);
+blank lines are ignored. When any chunk has "text", the context is text, stitched on its text
+and charged in the tokens of --tokenizer (default `WordTokenizer`; "tokens" are then that
+tokenizer's and are decoded), non-overlapping chunks are joined by --separator, and the text
+is printed. Otherwise the tokens are printed as one JSON array. The report goes to stderr, so
+stdout holds only the context; with --json, stdout holds one JSON object with the context and
+every record.
+Exit status: 0 on success, 1 for bad input, 2 for bad usage.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# How offending values are shown in error messages: their repr, cut short, and their type.
+"""How offending values are shown in error messages: their repr, cut short, and their type."""
 
 from __future__ import annotations
 

@@ -1,15 +1,43 @@
-# What the framework integrations put in the metadata of a merged document or node: where each
-# chunk it holds came from. Kept apart so that `ragstitch.langchain` and `ragstitch.llamaindex`
-# describe their sources the same way, and so that it can be tested without either library.
+"""What the framework integrations share: the stitch they run with their fields as options, and
+what they put in the metadata of a merged document or node (where each chunk it holds came
+from). Kept apart so that `ragstitch.langchain` and `ragstitch.llamaindex` stitch and describe
+their sources the same way, and so that it can be tested without either library.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from ._result import Segment, StitchResult
+from ._stitcher import Order, stitch_result
 
-__all__ = ["SOURCES_KEY", "segment_sources"]
+__all__ = ["SOURCES_KEY", "IntegrationSettings", "segment_sources", "stitch_for"]
+
+
+class IntegrationSettings(Protocol):
+    """The fields both integrations have: the stitcher's options they expose."""
+
+    budget: int
+    tokenizer: Any
+    separator: str
+    order: Order
+    min_overlap_chars: int
+    max_idle: int | None
+
+
+def stitch_for(settings: IntegrationSettings, chunks: Sequence[Any]) -> StitchResult[Any]:
+    """The stitch an integration runs over its documents or nodes, with its fields as options."""
+    return stitch_result(
+        list(chunks),
+        settings.budget,
+        tokenizer=settings.tokenizer,
+        separator=settings.separator,
+        order=settings.order,
+        min_overlap_chars=settings.min_overlap_chars,
+        max_idle=settings.max_idle,
+    )
+
 
 #: The metadata key under which a merged document or node lists the chunks it holds.
 SOURCES_KEY = "ragstitch_sources"

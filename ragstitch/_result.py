@@ -1,14 +1,15 @@
-# Provenance: what the stitcher emits besides tokens. Every chunk offered to a `Stitcher` gets one
-# `ChunkRecord`, taken or not; `StitchResult` holds the output and all records. Both are frozen.
-#
-# Spans are half-open token offsets into the output, `(start, end)` meaning
-# `tokens[start:end]`. A taken chunk *contributed* `span` (the tokens appended for it) and
-# *covers* `covers` (its overlap with what came before plus `span`): `tokens[covers[0]:covers[1]]`
-# equals the chunk's tokens.
-#
-# Text is stitched on characters, so text chunks are located by characters: `chars` is the
-# half-open span of `text` that equals the chunk's text, and `span` is `None`. The result's
-# `segments` are the pieces of `text` between separators, each with the chunks it holds.
+"""Provenance: what the stitcher emits besides tokens. Every chunk offered to a `Stitcher` gets one
+`ChunkRecord`, taken or not; `StitchResult` holds the output and all records. Both are frozen.
+
+Spans are half-open token offsets into the output, `(start, end)` meaning
+`tokens[start:end]`. A taken chunk *contributed* `span` (the tokens appended for it) and
+*covers* `covers` (its overlap with what came before plus `span`): `tokens[covers[0]:covers[1]]`
+equals the chunk's tokens.
+
+Text is stitched on characters, so text chunks are located by characters: `chars` is the
+half-open span of `text` that equals the chunk's text, and `span` is `None`. The result's
+`segments` are the pieces of `text` between separators, each with the chunks it holds.
+"""
 
 from __future__ import annotations
 

@@ -1,28 +1,29 @@
-# The stitcher: a sans-I/O state machine that assembles chunks within a token budget.
-#
-# Everything that decides what goes into the output lives in this file and, for text, in
-# `_text.py`. The rules:
-# - Chunks are taken in the order offered. A chunk's overlap `k` is the longest suffix of the
-#   output that equals a prefix of the chunk (`k <= min(len(output), len(chunk))`); an overlap
-#   shorter than `min_overlap` counts as 0. Its cost is `len(chunk) - k`, plus the separator's
-#   length when a separator is set, `k == 0`, the output is not empty and the chunk is not.
-# - If the cost fits in `budget - used`, the separator (if any) and the chunk's tokens after the
-#   overlap are appended: the chunk is taken. A chunk is never partially appended.
-# - Otherwise the chunk is not taken. With `on_overflow="skip"` the next chunk is tried; with
-#   `"stop"` assembly ends, and offering another chunk is an error.
-# - Text: when the first chunk is text (a `str`, or an object with text, see `read_text`) and
-#   there is a tokenizer, the stitcher works on text from then on (token chunks are decoded):
-#   overlaps are found on characters and charged in tokens, by `TextLayout` (see `_text.py`).
-#   Otherwise it works on tokens, and text chunks are encoded one by one.
-# - Every chunk offered gets a `ChunkRecord` (taken or not). `done` turns true when nothing more
-#   can be appended (assembly stopped, or no budget remains), once `max_chunks` chunks were
-#   offered, or after `max_idle` chunks in a row that added nothing (empty, already in the
-#   output, or not taken): without that rule a source of empty chunks, which cost nothing,
-#   would be pulled forever. `stitch` and `astitch` pull no chunk once `done` is true, so
-#   chunks after that point have no record. A chunk offered with no budget left can still be
-#   taken if it costs 0 (it appends nothing).
-#
-# `add` costs O(len(chunk)): the overlap reads at most that many tokens of the output.
+"""The stitcher: a sans-I/O state machine that assembles chunks within a token budget.
+
+Everything that decides what goes into the output lives in this file and, for text, in
+`_text.py`. The rules:
+- Chunks are taken in the order offered. A chunk's overlap `k` is the longest suffix of the
+  output that equals a prefix of the chunk (`k <= min(len(output), len(chunk))`); an overlap
+  shorter than `min_overlap` counts as 0. Its cost is `len(chunk) - k`, plus the separator's
+  length when a separator is set, `k == 0`, the output is not empty and the chunk is not.
+- If the cost fits in `budget - used`, the separator (if any) and the chunk's tokens after the
+  overlap are appended: the chunk is taken. A chunk is never partially appended.
+- Otherwise the chunk is not taken. With `on_overflow="skip"` the next chunk is tried; with
+  `"stop"` assembly ends, and offering another chunk is an error.
+- Text: when the first chunk is text (a `str`, or an object with text, see `read_text`) and
+  there is a tokenizer, the stitcher works on text from then on (token chunks are decoded):
+  overlaps are found on characters and charged in tokens, by `TextLayout` (see `_text.py`).
+  Otherwise it works on tokens, and text chunks are encoded one by one.
+- Every chunk offered gets a `ChunkRecord` (taken or not). `done` turns true when nothing more
+  can be appended (assembly stopped, or no budget remains), once `max_chunks` chunks were
+  offered, or after `max_idle` chunks in a row that added nothing (empty, already in the
+  output, or not taken): without that rule a source of empty chunks, which cost nothing,
+  would be pulled forever. `stitch` and `astitch` pull no chunk once `done` is true, so
+  chunks after that point have no record. A chunk offered with no budget left can still be
+  taken if it costs 0 (it appends nothing).
+
+`add` costs O(len(chunk)): the overlap reads at most that many tokens of the output.
+"""
 
 from __future__ import annotations
 

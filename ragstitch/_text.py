@@ -1,32 +1,33 @@
-# Text stitched on text, charged in tokens: the layout behind a `Stitcher` that was given text.
-#
-# Everything that decides where text chunks go lives in this file. The rules:
-# - Overlaps are found on characters, so they are found wherever the splitter cut (mid-word,
-#   before a newline that a BPE tokenizer would merge with the punctuation before it). The
-#   context is a list of *segments*, pieces of text joined by the separator.
-# - `order="retrieval"`: a chunk extends the last segment by what follows its longest
-#   character overlap with it, if that overlap has at least `min_overlap_chars` characters
-#   (quotes, punctuation and short words are not merged by coincidence); otherwise it starts a
-#   new segment after the separator.
-# - `order="document"`: a chunk that knows its document and start offset is laid out there.
-#   Segments of one document stay in position order, and documents in the order their first
-#   chunk came. A chunk that overlaps or touches segments of its document (by offsets, checked
-#   against the text: the characters both hold must be equal) merges with them into one
-#   segment, and the separators between them go; a chunk inside a segment is taken at no cost;
-#   a chunk whose offsets disagree with the text, or that has none, is a segment of its own at
-#   the end. Overlaps proven by offsets need no minimum length.
-# - The cost of a chunk is what it changes in the count of the whole context's tokens. Each
-#   change is an edit at one place (text added at the end of a segment, a separator replaced by
-#   the text of a gap, a new segment between two others); its cost is the difference in the
-#   token count of a window of _WINDOW characters either side of the edit, before and after, so
-#   the tokens the tokenizer merges across a seam are counted, and a chunk costs a few small
-#   encodings, not an encoding of the context.
-# - Exactness: near the end of the budget (within 16 tokens + 1% of it, either side, plus 2 for
-#   every seam charged by windows since the last exact count, in case a tokenizer merges past
-#   the window: a word longer than it), a chunk is charged by encoding the whole context it
-#   would make, and taken only if that
-#   count fits. So the text returned never costs more than the budget, and what was charged is
-#   that count up to the windowed seams since (benchmarks/ragstitch_real.py measures the gap).
+"""Text stitched on text, charged in tokens: the layout behind a `Stitcher` that was given text.
+
+Everything that decides where text chunks go lives in this file. The rules:
+- Overlaps are found on characters, so they are found wherever the splitter cut (mid-word,
+  before a newline that a BPE tokenizer would merge with the punctuation before it). The
+  context is a list of *segments*, pieces of text joined by the separator.
+- `order="retrieval"`: a chunk extends the last segment by what follows its longest
+  character overlap with it, if that overlap has at least `min_overlap_chars` characters
+  (quotes, punctuation and short words are not merged by coincidence); otherwise it starts a
+  new segment after the separator.
+- `order="document"`: a chunk that knows its document and start offset is laid out there.
+  Segments of one document stay in position order, and documents in the order their first
+  chunk came. A chunk that overlaps or touches segments of its document (by offsets, checked
+  against the text: the characters both hold must be equal) merges with them into one
+  segment, and the separators between them go; a chunk inside a segment is taken at no cost;
+  a chunk whose offsets disagree with the text, or that has none, is a segment of its own at
+  the end. Overlaps proven by offsets need no minimum length.
+- The cost of a chunk is what it changes in the count of the whole context's tokens. Each
+  change is an edit at one place (text added at the end of a segment, a separator replaced by
+  the text of a gap, a new segment between two others); its cost is the difference in the
+  token count of a window of _WINDOW characters either side of the edit, before and after, so
+  the tokens the tokenizer merges across a seam are counted, and a chunk costs a few small
+  encodings, not an encoding of the context.
+- Exactness: near the end of the budget (within 16 tokens + 1% of it, either side, plus 2 for
+  every seam charged by windows since the last exact count, in case a tokenizer merges past
+  the window: a word longer than it), a chunk is charged by encoding the whole context it
+  would make, and taken only if that
+  count fits. So the text returned never costs more than the budget, and what was charged is
+  that count up to the windowed seams since (benchmarks/ragstitch_real.py measures the gap).
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,22 @@
-# Text in, tokens out. The stitcher works on tokens; text chunks are encoded one by one with a
-# tokenizer, and the assembled tokens are decoded back to text.
-#
-# Rules of this file:
-# - A tokenizer is anything with `encode(str)` and `decode(tokens) -> str`. `encode` may return a
-#   sequence of tokens (tiktoken's `Encoding`, transformers' tokenizers, `WordTokenizer`) or an
-#   object with `.ids` (the `Encoding` of Hugging Face `tokenizers`); both fit as they are.
-# - `WordTokenizer` is the offline default: tokens are runs of word characters, runs of
-#   whitespace, and single other characters, so their concatenation is exactly the text, and a
-#   word reads the same whether or not a chunk starts or ends next to it.
-# - Chunks encoded one by one may not share tokens where they were cut: a BPE tokenizer encodes
-#   "brown" at the start of a chunk and " brown" inside one as different ids. Then no overlap is
-#   found there and the chunk is charged in full: text is never merged wrongly, but the saving
-#   can be lost. Pass token ids (`Chunk(tokens=...)`) when the chunker made them. Text chunks
-#   given to a stitcher as text are stitched on their text instead (see `_text.py`).
-# - `load_tokenizer` names a tokenizer for the command line: an OpenAI encoding by name (from
-#   the `bpe-openai` package, which ships its vocabularies, else from `tiktoken`), or a Hugging
-#   Face `tokenizer.json`. Both packages are imported only there.
+"""Text in, tokens out. The stitcher works on tokens; text chunks are encoded one by one with a
+tokenizer, and the assembled tokens are decoded back to text.
+
+Rules of this file:
+- A tokenizer is anything with `encode(str)` and `decode(tokens) -> str`. `encode` may return a
+  sequence of tokens (tiktoken's `Encoding`, transformers' tokenizers, `WordTokenizer`) or an
+  object with `.ids` (the `Encoding` of Hugging Face `tokenizers`); both fit as they are.
+- `WordTokenizer` is the offline default: tokens are runs of word characters, runs of
+  whitespace, and single other characters, so their concatenation is exactly the text, and a
+  word reads the same whether or not a chunk starts or ends next to it.
+- Chunks encoded one by one may not share tokens where they were cut: a BPE tokenizer encodes
+  "brown" at the start of a chunk and " brown" inside one as different ids. Then no overlap is
+  found there and the chunk is charged in full: text is never merged wrongly, but the saving
+  can be lost. Pass token ids (`Chunk(tokens=...)`) when the chunker made them. Text chunks
+  given to a stitcher as text are stitched on their text instead (see `_text.py`).
+- `load_tokenizer` names a tokenizer for the command line: an OpenAI encoding by name (from
+  the `bpe-openai` package, which ships its vocabularies, else from `tiktoken`), or a Hugging
+  Face `tokenizer.json`. Both packages are imported only there.
+"""
 
 from __future__ import annotations
 

@@ -29,9 +29,8 @@ from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict, Field
 
-from ._provenance import SOURCES_KEY, segment_sources
-from ._result import StitchResult
-from ._stitcher import DEFAULT_MAX_IDLE, Order, stitch_result
+from ._provenance import SOURCES_KEY, segment_sources, stitch_for
+from ._stitcher import DEFAULT_MAX_IDLE, Order
 from ._text import DEFAULT_MIN_OVERLAP_CHARS
 from ._tokenizer import WordTokenizer
 
@@ -62,16 +61,7 @@ class StitchCompressor(BaseDocumentCompressor):
         callbacks: Callbacks | None = None,
     ) -> Sequence[Document]:
         """The merged documents, in layout order; `query` is not used (retrieval chose)."""
-        chunks: list[Any] = list(documents)  # Documents: text chunks (`page_content`)
-        result: StitchResult[Any] = stitch_result(
-            chunks,
-            self.budget,
-            tokenizer=self.tokenizer,
-            separator=self.separator,
-            order=self.order,
-            min_overlap_chars=self.min_overlap_chars,
-            max_idle=self.max_idle,
-        )
+        result = stitch_for(self, documents)  # Documents: text chunks (`page_content`)
         merged = []
         for segment in result.segments:
             first = documents[segment.records[0]]

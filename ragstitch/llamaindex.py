@@ -26,9 +26,8 @@ from llama_index.core.schema import (
     TextNode,
 )
 
-from ._provenance import SOURCES_KEY, segment_sources
-from ._result import StitchResult
-from ._stitcher import DEFAULT_MAX_IDLE, Order, stitch_result
+from ._provenance import SOURCES_KEY, segment_sources, stitch_for
+from ._stitcher import DEFAULT_MAX_IDLE, Order
 from ._text import DEFAULT_MIN_OVERLAP_CHARS
 from ._tokenizer import WordTokenizer
 
@@ -58,16 +57,7 @@ class StitchPostprocessor(BaseNodePostprocessor):
         nodes: list[NodeWithScore],
         query_bundle: QueryBundle | None = None,
     ) -> list[NodeWithScore]:
-        chunks: list[Any] = list(nodes)  # NodeWithScore: text chunks (read through `.node`)
-        result: StitchResult[Any] = stitch_result(
-            chunks,
-            self.budget,
-            tokenizer=self.tokenizer,
-            separator=self.separator,
-            order=self.order,
-            min_overlap_chars=self.min_overlap_chars,
-            max_idle=self.max_idle,
-        )
+        result = stitch_for(self, nodes)  # NodeWithScore: text chunks (read through `.node`)
         merged = []
         for segment in result.segments:
             members = [nodes[i] for i in segment.records]

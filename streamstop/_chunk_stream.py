@@ -1,46 +1,26 @@
 """ChunkStream and SyncChunkStream: a ChunkFilter around an iterator of chunks (the openai
 client's streams), closing the source when the filter is done, on errors and on cancellation.
 
-The only part of the chunk filtering that does I/O (and imports anyio).
+The only part of the chunk filtering that does I/O; the life cycle (close once, on every exit,
+shielded; iterate once) is ``_lifecycle``'s, shared with ragstitch's async assembly.
 """
 
 from __future__ import annotations
 
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterable,
-    AsyncIterator,
-    Generator,
-    Iterable,
-    Iterator,
-    Mapping,
-)
-from inspect import isawaitable
-from types import TracebackType
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable, Mapping
 from typing import Generic
-
-import anyio
 
 from ._automaton import StopAutomaton, Stops
 from ._chunks import ChunkFilter, ChunkT
+from ._lifecycle import AsyncSourceStream, SyncSourceStream
 
 __all__ = ["ChunkStream", "SyncChunkStream"]
 
 
-async def _close_async(obj: object) -> None:
-    close = getattr(obj, "aclose", None) or getattr(obj, "close", None)
-    if close is not None:
-        result = close()
-        if isawaitable(result):
-            await result
+class _ChunkFiltering(Generic[ChunkT]):
+    """What both chunk streams add to their life cycle: the filter and its verdict."""
 
-
-class _ChunkStreamBase(Generic[ChunkT]):
-    """What both chunk streams share: the filter, its verdict and whether the source is closed."""
-
-    def __init__(self, stops: Stops | StopAutomaton, *, n: int | None, include_stop: bool) -> None:
-        self._filter: ChunkFilter[ChunkT] = ChunkFilter(stops, n=n, include_stop=include_stop)
-        self._closed = False
+    _filter: ChunkFilter[ChunkT]
 
     @property
     def filter(self) -> ChunkFilter[ChunkT]:
@@ -51,20 +31,8 @@ class _ChunkStreamBase(Generic[ChunkT]):
         """The stop that cut each choice, by choice index."""
         return self._filter.stop_strings
 
-    @property
-    def closed(self) -> bool:
-        """Whether the source has been closed."""
-        return self._closed
 
-
-def _upstreams(source: object, iterator: object | None) -> list[object]:
-    """What closing a stream closes, in order: the source's iterator, if taken, then the source."""
-    if iterator is None or iterator is source:
-        return [source]
-    return [iterator, source]
-
-
-class ChunkStream(_ChunkStreamBase[ChunkT]):
+class ChunkStream(_ChunkFiltering[ChunkT], AsyncSourceStream[ChunkT]):
     """Async iterator of the filtered chunks of ``source``, e.g. an ``openai`` ``AsyncStream``::
 
         stream = await client.chat.completions.create(..., stream=True)
@@ -94,26 +62,16 @@ class ChunkStream(_ChunkStreamBase[ChunkT]):
                 f"source must be an async iterable of chunks, got {type(source).__name__}: "
                 f"{source!r}"
             )
-        super().__init__(stops, n=n, include_stop=include_stop)
-        self._source = source
-        self._iterator: AsyncIterator[ChunkT] | None = None
-        self._generator: AsyncGenerator[ChunkT, None] | None = None
-
-    def __aiter__(self) -> AsyncIterator[ChunkT]:
-        if self._generator is not None:
-            raise RuntimeError("a ChunkStream can be iterated only once")
-        # Held, so that aclose() can finish it: no async generator is left to the garbage
-        # collector (trio warns about those).
-        self._generator = self._iterate()
-        return self._generator
+        super().__init__(source)
+        self._filter = ChunkFilter(stops, n=n, include_stop=include_stop)
 
     async def _iterate(self) -> AsyncGenerator[ChunkT, None]:
         chunks = self._filter
         try:
-            if self._closed:
+            iterator = self._open()
+            if iterator is None:
                 return
-            self._iterator = aiter(self._source)
-            async for chunk in self._iterator:
+            async for chunk in iterator:
                 out = chunks.feed(chunk)
                 if chunks.done:
                     await self.aclose()
@@ -127,33 +85,8 @@ class ChunkStream(_ChunkStreamBase[ChunkT]):
         finally:
             await self.aclose()
 
-    async def aclose(self) -> None:
-        """Close the source's iterator and the source itself. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        # Shielded: closing must finish even when we got here by being cancelled.
-        with anyio.CancelScope(shield=True):
-            generator = self._generator
-            # Not when called from inside it (its ``finally``): it is finishing already.
-            if generator is not None and not getattr(generator, "ag_running", False):
-                await generator.aclose()
-            for upstream in _upstreams(self._source, self._iterator):
-                await _close_async(upstream)
 
-    async def __aenter__(self) -> ChunkStream[ChunkT]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class SyncChunkStream(_ChunkStreamBase[ChunkT]):
+class SyncChunkStream(_ChunkFiltering[ChunkT], SyncSourceStream[ChunkT]):
     """The synchronous twin of :class:`ChunkStream`, e.g. for the ``openai`` client's ``Stream``.
 
     The source's (and its iterator's) ``close()`` is called when the filter is done, at the
@@ -172,24 +105,16 @@ class SyncChunkStream(_ChunkStreamBase[ChunkT]):
             raise TypeError(
                 f"source must be an iterable of chunks, got {type(source).__name__}: {source!r}"
             )
-        super().__init__(stops, n=n, include_stop=include_stop)
-        self._source = source
-        self._iterator: Iterator[ChunkT] | None = None
-        self._generator: Generator[ChunkT, None, None] | None = None
-
-    def __iter__(self) -> Iterator[ChunkT]:
-        if self._generator is not None:
-            raise RuntimeError("a SyncChunkStream can be iterated only once")
-        self._generator = self._iterate()
-        return self._generator
+        super().__init__(source)
+        self._filter = ChunkFilter(stops, n=n, include_stop=include_stop)
 
     def _iterate(self) -> Generator[ChunkT, None, None]:
         chunks = self._filter
         try:
-            if self._closed:
+            iterator = self._open()
+            if iterator is None:
                 return
-            self._iterator = iter(self._source)
-            for chunk in self._iterator:
+            for chunk in iterator:
                 out = chunks.feed(chunk)
                 if chunks.done:
                     self.close()
@@ -201,26 +126,3 @@ class SyncChunkStream(_ChunkStreamBase[ChunkT]):
             yield from chunks.flush()
         finally:
             self.close()
-
-    def close(self) -> None:
-        """Close the source's iterator and the source itself. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._generator is not None and not getattr(self._generator, "gi_running", False):
-            self._generator.close()
-        for upstream in _upstreams(self._source, self._iterator):
-            close = getattr(upstream, "close", None)
-            if close is not None:
-                close()
-
-    def __enter__(self) -> SyncChunkStream[ChunkT]:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
 import time
@@ -10,7 +11,6 @@ from collections.abc import Iterator, Sequence
 
 from ._buffer import StopBuffer
 from ._stream import SyncStopStream
-from .server._commands import add_server_commands
 
 __all__ = ["main"]
 
@@ -44,6 +44,16 @@ def _stop_argument(value: str) -> str:
     if not stop:
         raise argparse.ArgumentTypeError(f"empty stop {value!r}: a stop needs at least one char")
     return stop
+
+
+def _errors_argument(value: str) -> str:
+    try:
+        codecs.lookup_error(value)
+    except LookupError:
+        raise argparse.ArgumentTypeError(
+            f"unknown errors policy {value!r}: use strict, replace, ignore or backslashreplace"
+        ) from None
+    return value
 
 
 def _read_pieces(fd: int) -> Iterator[bytes]:
@@ -102,7 +112,18 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Listed by `streamstop --help` without importing the server package (which the core commands
+# do not need); `main` builds the full parser for these two only.
+SERVER_COMMANDS = {
+    "serve": "serve the built-in 'echo' model over the OpenAI API, stops applied",
+    "proxy": "put the stop middleware in front of an OpenAI, Anthropic, Ollama, llama.cpp or TGI "
+    "server",
+}
+
+
+def build_parser(*, server: bool = True) -> argparse.ArgumentParser:
+    """The ``streamstop`` parser; with ``server=False``, ``serve`` and ``proxy`` are listed but
+    not registered, and the server package is not imported."""
     parser = argparse.ArgumentParser(
         prog="streamstop", description="Incremental stop-string filtering for LLM token streams."
     )
@@ -124,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     filter_parser.add_argument(
         "--errors",
         default="strict",
+        type=_errors_argument,
         help="policy for invalid UTF-8 on stdin: strict (default) or replace",
     )
     filter_parser.add_argument(
@@ -143,16 +165,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo_parser.set_defaults(handler=_run_demo)
 
-    # Registers `serve` and `proxy`; their dependencies (the `server` extra) load only when run.
-    add_server_commands(commands)
+    if server:
+        # Registers `serve` and `proxy`; their dependencies (the `server` extra) load only when
+        # run.
+        from .server._commands import add_server_commands
+
+        add_server_commands(commands)
+    else:
+        for name, summary in SERVER_COMMANDS.items():
+            commands.add_parser(name, help=summary)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The command is the first argument: the top-level parser has no option that takes a value.
+    server = bool(argv) and argv[0] in SERVER_COMMANDS
+    args = build_parser(server=server).parse_args(argv)
     try:
         return int(args.handler(args))
-    except (ValueError, TypeError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
+        # stdin that is not UTF-8, under --errors strict.
+        print(f"streamstop: error: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:
+        if not server:
+            raise  # a bug of ours: filter and demo check what they are given in the parser
+        # A setting serve or proxy refused: a limit, the key file, the upstream URL.
         print(f"streamstop: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -1,4 +1,18 @@
-"""Shared fixtures: every async test runs on asyncio and on trio."""
+"""Shared fixtures, and how each kind of test runs.
+
+- The library's own async tests (streams, the middleware driven by hand, ragstitch's assembly):
+  ``pytest.mark.anyio`` (anyio's pytest plugin), on asyncio AND trio through ``anyio_backend``
+  below.
+- The integration tests, asyncio only because uvicorn, httpx and the official openai client
+  are (tests/server/test_serve.py, test_proxy.py, test_proxy_faults.py): ``pytest.mark.asyncio``
+  (pytest-asyncio), on a loop per test. The live servers they talk to are session fixtures in
+  tests/server/conftest.py, each uvicorn on its own loop in its own thread, so no test's loop
+  holds them.
+- Everything else is sync.
+
+The suite runs in random order (pytest-randomly; ``-p randomly --randomly-seed=N`` replays an
+order, ``-p no:randomly`` keeps the file's), and Hypothesis is derandomized under CI.
+"""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any
 
+from .._cli import SERVER_COMMANDS
 from ._limits import RequestLimits
 
 if TYPE_CHECKING:
@@ -287,7 +288,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     """Register ``serve`` and ``proxy`` on the ``streamstop`` command's sub-parsers."""
     serve = commands.add_parser(
         "serve",
-        help="serve the built-in 'echo' model over the OpenAI API, stops applied",
+        help=SERVER_COMMANDS["serve"],
         description="An OpenAI-compatible server whose one model, 'echo', streams back the "
         "last user message (chat) or the prompt (completions) in token-sized pieces, behind "
         "the stop middleware: send any number of stops and watch them cut. Every flag can "
@@ -306,8 +307,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
 
     proxy = commands.add_parser(
         "proxy",
-        help="put the stop middleware in front of an OpenAI, Anthropic, Ollama, llama.cpp or TGI "
-        "server",
+        help=SERVER_COMMANDS["proxy"],
         description="Forward the OpenAI API (/v1/...), Anthropic's /v1/messages, Ollama's "
         "/api/chat and /api/generate, llama.cpp's /completion and TGI's /generate and "
         "/generate_stream to UPSTREAM, streaming, and apply the requests' stops here: any "

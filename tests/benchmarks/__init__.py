@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' peers and measuring code (correctness only, never speed)."""

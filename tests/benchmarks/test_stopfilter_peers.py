@@ -20,8 +20,8 @@ import _corpus  # noqa: E402
 import _peers  # noqa: E402
 import _workload  # noqa: E402
 
-# The Aho-Corasick libraries and matplotlib come with the bench extra, which the test extra
-# includes: a missing one fails here rather than being skipped.
+# The Aho-Corasick libraries and matplotlib come with the dev extra, with everything else the tests
+# need: a missing one fails here rather than being skipped.
 PEER_NAMES = list(_peers.PEERS)
 # The peers that hold back exactly the longest suffix that is a proper prefix of a stop.
 EXACT = ["per_stop", "pyahocorasick", "ahocorasick_rs"]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragstitch import _overlap, overlap
-from ragstitch._overlap import _overlap_kmp, overlap_native
+from ragstitch._overlap import Tuning, _overlap_kmp, overlap_native
 
 from .reference import ref_overlap
 
@@ -184,16 +184,11 @@ def test_matches_brute_force_on_every_path(
 ) -> None:
     right = left[min(cut, len(left)) :] + tail if cut % 3 else tail
     expected = ref_overlap(left, right)
-    with (
-        mock.patch.object(_overlap, "_SWITCH", switch),
-        mock.patch.object(_overlap, "_SAMPLE", sample),
-        mock.patch.object(_overlap, "_PROBE", probe),
-        mock.patch.object(_overlap, "_WORK_SLACK", slack),
-    ):
-        assert overlap(left, right) == expected
-        assert overlap(tuple(left), tuple(right)) == expected
-        assert overlap("".join(map(str, left)), "".join(map(str, right))) == expected
-        assert overlap(bytes(left), bytes(right)) == expected
+    tuning = Tuning(switch=switch, sample=sample, probe=probe, work_slack=slack)
+    assert overlap_native(left, right, tuning) == expected
+    assert overlap_native(tuple(left), tuple(right), tuning) == expected
+    assert overlap_native("".join(map(str, left)), "".join(map(str, right)), tuning) == expected
+    assert overlap_native(bytes(left), bytes(right), tuning) == expected
 
 
 def test_a_frequent_first_token_hands_over_to_a_rarer_anchor() -> None:

@@ -1,0 +1,1 @@
+"""Tests of streamstop.chat, streamstop.server and the server commands."""

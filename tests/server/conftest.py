@@ -11,16 +11,30 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import httpx
 import openai
 import pytest
 import uvicorn
+from anyio.abc import SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
 
-from streamstop.server import ASGIApp, EchoModel, ProxyApp, StopMiddleware
+from streamstop.server import (
+    ASGIApp,
+    EchoModel,
+    Message,
+    ProxyApp,
+    Receive,
+    Scope,
+    Send,
+    StopMiddleware,
+)
+from streamstop.server._record import RECORD_KEY, RequestRecord
 
 # A long message: streamed by a slow model it takes seconds, so a test can leave halfway.
 LONG_TEXT = " ".join(f"word{i}" for i in range(3000))
@@ -217,3 +231,126 @@ async def leave_after_events(url: str, request: dict[str, Any], events: int) -> 
             received += line.startswith("data: ")
             if received == events:
                 break
+
+
+# -- raw upstreams: fixed bytes over TCP, for the proxy's fault tests --------------------------
+
+
+def http_response(status: str, content_type: str, body: bytes) -> bytes:
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+class RawUpstream:
+    """A TCP server that reads one HTTP request and answers with fixed bytes (or never)."""
+
+    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
+        self.answer = answer
+        self.requests: list[bytes] = []
+        self.url = ""
+
+    async def _handle(self, stream: SocketStream) -> None:
+        async with stream:
+            buffered = BufferedByteReceiveStream(stream)
+            head = await buffered.receive_until(b"\r\n\r\n", 65536)
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = await buffered.receive_exactly(length) if length else b""
+            self.requests.append(head + b"\r\n\r\n" + body)
+            answer = self.answer(body)
+            if answer is None:
+                await anyio.sleep_forever()
+            else:
+                await stream.send(answer)
+
+
+@asynccontextmanager
+async def raw_upstream(
+    answer: Callable[[bytes], bytes | None], kind: type[RawUpstream] = RawUpstream
+) -> AsyncIterator[RawUpstream]:
+    """A :class:`RawUpstream` (or a subclass, ``kind``) listening on a free loopback port."""
+    upstream = kind(answer)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    upstream.url = f"http://127.0.0.1:{port}/v1"
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, upstream._handle)
+        yield upstream
+        group.cancel_scope.cancel()
+
+
+# -- in-process ASGI helpers shared by the middleware, proxy and family tests -----------------
+
+
+class Client:
+    def __init__(self, body: bytes | list[bytes], *, fail_send_after: int | None = None) -> None:
+        self.parts = [body] if isinstance(body, bytes) else list(body)
+        self.fail_send_after = fail_send_after
+        self.messages: list[Message] = []
+        self.gone = anyio.Event()
+
+    async def receive(self) -> Message:
+        if self.parts:
+            part = self.parts.pop(0)
+            return {"type": "http.request", "body": part, "more_body": bool(self.parts)}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        if self.fail_send_after is not None and len(self.messages) >= self.fail_send_after:
+            raise OSError("connection reset by peer")
+        self.messages.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.gone.set()  # the response is complete: as uvicorn, report a disconnect
+
+    @property
+    def status(self) -> int:
+        return int(self.messages[0]["status"])
+
+    @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.messages[0]["headers"])
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+    @property
+    def complete(self) -> bool:
+        last = self.messages[-1]
+        return last["type"] == "http.response.body" and not last.get("more_body", False)
+
+
+def http_scope(path: str = "/v1/chat/completions", method: str = "POST", **extra: Any) -> Scope:
+    headers = [(b"host", b"test"), (b"content-type", b"application/json")]
+    return {"type": "http", "method": method, "path": path, "headers": headers, **extra}
+
+
+class Recording:
+    """The outer observability layer, reduced to what the tests need: a record in the scope."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.record = RequestRecord(request_id="test")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, RECORD_KEY: self.record}
+        await self.app(scope, receive, send)
+
+
+@asynccontextmanager
+async def proxied(url: str, **options: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Recording]]:
+    proxy = ProxyApp(url, **options)
+    app = Recording(StopMiddleware(proxy))
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy/v1") as client:
+            yield client, app
+    finally:
+        await proxy.aclose()

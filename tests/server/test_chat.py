@@ -1,5 +1,6 @@
 """streamstop.chat without a server: ChunkFilter, SSEFilter and truncate_response on named cases,
-property tests against ``truncate``, and the ``openai`` client's own chunk objects."""
+property tests against the reference ``truncate`` (tests/streamstop/reference.py), and the
+``openai`` client's own chunk objects."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from hypothesis import strategies as st
 from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletionChunk
 
-from streamstop import truncate
 from streamstop.chat import ChunkFilter, SSEFilter, truncate_response
 
 from ..public_api import public_definitions
+from ..streamstop.reference import reference_truncate
 
 Chunk = dict[str, Any]
 
@@ -318,7 +319,7 @@ def test_openai_legacy_completion_chunks() -> None:
     assert out.choices[0].finish_reason == "stop"
 
 
-# -- properties: any chunking, any interleaving, the same text as truncate() ---------------------
+# -- properties: any chunking, any interleaving, the text of the reference truncate() ------------
 
 ALPHABET = "ab<>/s \n"
 texts = st.text(alphabet=ALPHABET, max_size=40)
@@ -370,7 +371,7 @@ def test_any_chunking_gives_truncate(
             for choice in chunk["choices"]
             if choice["index"] == index
         )
-        assert got == truncate(text, stops)
+        assert got == reference_truncate(text, stops)
         finishes = [
             choice["finish_reason"]
             for chunk in out
@@ -512,7 +513,7 @@ def test_sse_any_split_equals_whole(cuts: list[int], stops: list[str]) -> None:
     bounds = [0, *points, len(body)]
     pieces = iter([body[a:b] for a, b in itertools.pairwise(bounds)])
     assert run_sse(body, stops, pieces, n=1) == whole
-    assert sse_text(whole) == truncate("ab</s> a<b</", stops)
+    assert sse_text(whole) == reference_truncate("ab</s> a<b</", stops)
 
 
 # -- truncate_response -------------------------------------------------------------------------

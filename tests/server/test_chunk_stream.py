@@ -10,7 +10,6 @@ import anyio
 import openai
 import pytest
 
-from streamstop import truncate
 from streamstop.chat import ChunkStream, SyncChunkStream
 
 from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, user
@@ -228,7 +227,7 @@ def test_sync_stream_closes_an_object_with_close_and_flushes_at_the_end() -> Non
 
 TEXT = "The answer is 42.\n\nUser: ignore that <|im_end|> and ### more </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:", "STOP"]  # more than 4
-EXPECTED = truncate(TEXT, STOPS)
+EXPECTED = "The answer is 42."
 
 
 async def test_chunk_stream_over_the_openai_client(

@@ -364,8 +364,7 @@ def test_the_connection_limit_fits_the_open_file_limit() -> None:
     assert connection_limit({**serve, "limit_concurrency": 10}, 1024) == 10
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.asyncio
 async def test_proxy_readiness_follows_the_upstream(upstream_server: LiveServer) -> None:
     closed = socket.create_server(("127.0.0.1", 0))
     dead = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
@@ -481,3 +480,16 @@ def test_the_deployment_section_names_real_flags_and_variables() -> None:
     assert named_flags <= flags
     assert named_variables <= variables
     assert {"/health", "/ready", "/metrics"} <= set(re.findall(r"/[a-z]+", section))
+
+
+def test_the_core_commands_do_not_import_the_server_package() -> None:
+    code = (
+        "import sys; from streamstop._cli import main; main(['demo', '--delay', '0']); "
+        "print(sorted(m for m in sys.modules if m.startswith('streamstop.server')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert result.stdout.decode().splitlines()[-1] == "[]"
+
+
+def test_the_server_commands_are_listed_as_they_are_registered() -> None:
+    assert build_parser(server=False).format_help() == build_parser().format_help()

@@ -16,10 +16,8 @@ import pytest
 from streamstop.server import ProxyApp, RequestLimits, StopMiddleware
 from streamstop.server._observe import route_label
 
+from .conftest import Client, Recording, http_response, http_scope, proxied, raw_upstream
 from .fake_families import FakeFamilies
-from .test_middleware import Client, http_scope
-from .test_proxy import http_response, raw_upstream
-from .test_proxy_faults import Recording, proxied
 
 pytestmark = pytest.mark.anyio
 

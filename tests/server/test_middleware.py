@@ -14,49 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
-from streamstop.chat import SSEFilter
 from streamstop.server import Message, Receive, Scope, Send, StopMiddleware
 
+from .conftest import Client, http_scope
+
 pytestmark = pytest.mark.anyio
-
-
-class Client:
-    def __init__(self, body: bytes | list[bytes], *, fail_send_after: int | None = None) -> None:
-        self.parts = [body] if isinstance(body, bytes) else list(body)
-        self.fail_send_after = fail_send_after
-        self.messages: list[Message] = []
-        self.gone = anyio.Event()
-
-    async def receive(self) -> Message:
-        if self.parts:
-            part = self.parts.pop(0)
-            return {"type": "http.request", "body": part, "more_body": bool(self.parts)}
-        await self.gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: Message) -> None:
-        if self.fail_send_after is not None and len(self.messages) >= self.fail_send_after:
-            raise OSError("connection reset by peer")
-        self.messages.append(message)
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.gone.set()  # the response is complete: as uvicorn, report a disconnect
-
-    @property
-    def status(self) -> int:
-        return int(self.messages[0]["status"])
-
-    @property
-    def headers(self) -> dict[bytes, bytes]:
-        return dict(self.messages[0]["headers"])
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages[1:])
-
-    @property
-    def complete(self) -> bool:
-        last = self.messages[-1]
-        return last["type"] == "http.response.body" and not last.get("more_body", False)
 
 
 class App:
@@ -109,11 +71,6 @@ class App:
             raise
 
 
-def http_scope(path: str = "/v1/chat/completions", method: str = "POST", **extra: Any) -> Scope:
-    headers = [(b"host", b"test"), (b"content-type", b"application/json")]
-    return {"type": "http", "method": method, "path": path, "headers": headers, **extra}
-
-
 def request(stop: Any = "</s>", **fields: Any) -> bytes:
     return json.dumps({"model": "m", "stream": True, "stop": stop, **fields}).encode()
 
@@ -148,8 +105,15 @@ async def test_sse_split_into_single_bytes_is_filtered_as_a_whole() -> None:
     app = App([body[i : i + 1] for i in range(len(body))])
     client = Client(request())
     await run(app, client)
-    whole = SSEFilter("</s>", n=1)
-    assert client.body == whole.feed(body) + whole.flush()
+    assert client.body == (
+        # Passed through byte for byte while nothing changes.
+        b'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": null}]}'
+        b"\n\n"
+        # Re-encoded once changed: the held "</" cut off, then the stop's empty delta.
+        b'data: {"choices":[{"index":0,"delta":{"content":"lo "},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
     assert text_of(client.body) == "Hello "
     assert client.body.endswith(b"data: [DONE]\n\n")
     assert client.complete
@@ -262,19 +226,35 @@ async def test_an_app_that_never_ends_its_body_is_ended_with_the_held_text() -> 
     assert client.complete
 
 
+# What App([b"data: </s>\n\n"]) sends: a stop in the body, which a filter would cut.
+UNTOUCHED: list[Message] = [
+    {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/event-stream")],
+    },
+    {"type": "http.response.body", "body": b"data: </s>\n\n", "more_body": True},
+    {"type": "http.response.body", "body": b"", "more_body": False},
+]
+
+
 @pytest.mark.parametrize(
-    "scope",
+    ("scope", "messages"),
     [
-        http_scope(method="GET"),
-        http_scope(path="/v1/embeddings"),
-        {"type": "lifespan"},
+        (http_scope(method="GET"), UNTOUCHED),
+        (http_scope(path="/v1/embeddings"), UNTOUCHED),
+        ({"type": "lifespan"}, []),
     ],
 )
-async def test_other_requests_pass_through_untouched(scope: Scope) -> None:
+async def test_other_requests_pass_through_untouched(scope: Scope, messages: list[Message]) -> None:
     app = App([b"data: </s>\n\n"])
     client = Client(request())
     await run(app, client, dict(scope))
-    assert app.receive == client.receive  # the server's own receive, untouched
+    # The server's own scope, receive and send, untouched.
+    assert app.scope == scope
+    assert app.receive == client.receive
+    assert client.messages == messages
+    assert app.request_body == (b"" if scope["type"] == "lifespan" else request())
 
 
 async def test_responses_that_are_not_ours_to_touch() -> None:

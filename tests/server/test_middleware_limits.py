@@ -19,7 +19,8 @@ from streamstop.server import Scope, StopMiddleware
 from streamstop.server._limits import RequestLimits
 from streamstop.server._record import RECORD_KEY, RequestRecord
 
-from .test_middleware import App, Client, http_scope, request, run, sse, text_of
+from .conftest import Client, http_scope
+from .test_middleware import App, request, run, sse, text_of
 
 pytestmark = pytest.mark.anyio
 

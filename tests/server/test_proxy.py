@@ -8,8 +8,7 @@ upstreams that misbehave on purpose (HTML errors, a stream that breaks, silence)
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -17,34 +16,35 @@ import anyio
 import httpx
 import openai
 import pytest
-from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-from streamstop import truncate
 from streamstop.server import ProxyApp, StopMiddleware
 from streamstop.server._proxy import upstream_error_payload
 
-from .conftest import LONG_TEXT, LiveServer, StreamEnds, client_for, leave_after_events, user
+from .conftest import (
+    LONG_TEXT,
+    LiveServer,
+    StreamEnds,
+    client_for,
+    http_response,
+    leave_after_events,
+    raw_upstream,
+    user,
+)
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """uvicorn runs the servers on asyncio in their threads; the clients here do too."""
-    return "asyncio"
+# Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
+# ``async def test`` (marked one by one: the module has sync tests too).
 
 
 TEXT = "Sure: 1, 2, 3.\n\nUser: and now? <|im_end|> ### Observation: x </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:"]
-EXPECTED = truncate(TEXT, STOPS)
+EXPECTED = "Sure: 1, 2, 3."
 
 
+@pytest.mark.asyncio
 async def test_streams_through_the_proxy_are_cut_and_the_backend_stopped(
     slow_proxy_server: LiveServer, slow_upstream_ends: StreamEnds
 ) -> None:
     cancelled = slow_upstream_ends.count("cancelled")
-    start = time.monotonic()
     async with client_for(slow_proxy_server) as client:
         stream = await client.chat.completions.create(
             model="echo", messages=user(TEXT + LONG_TEXT), stop=STOPS, stream=True
@@ -54,9 +54,9 @@ async def test_streams_through_the_proxy_are_cut_and_the_backend_stopped(
     assert chunks[-1].choices[0].finish_reason == "stop"
     # The upstream would stream for a minute: the proxy closed it after the stop.
     await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
-    assert time.monotonic() - start < 10
 
 
+@pytest.mark.asyncio
 async def test_whole_responses_and_legacy_n2_through_the_proxy(proxy_server: LiveServer) -> None:
     async with client_for(proxy_server) as client:
         whole = await client.chat.completions.create(model="echo", messages=user(TEXT), stop=STOPS)
@@ -74,6 +74,7 @@ async def test_whole_responses_and_legacy_n2_through_the_proxy(proxy_server: Liv
     assert [model.id for model in models.data] == ["echo"]
 
 
+@pytest.mark.asyncio
 async def test_upstream_errors_keep_their_status_and_shape(proxy_server: LiveServer) -> None:
     async with client_for(proxy_server) as client:
         with pytest.raises(openai.NotFoundError) as no_model:
@@ -94,6 +95,7 @@ async def test_upstream_errors_keep_their_status_and_shape(proxy_server: LiveSer
     assert outside.json()["error"]["code"] == "unknown_url"
 
 
+@pytest.mark.asyncio
 async def test_client_disconnect_through_the_proxy_stops_the_backend(
     slow_proxy_server: LiveServer, slow_upstream_ends: StreamEnds
 ) -> None:
@@ -103,6 +105,7 @@ async def test_client_disconnect_through_the_proxy_stops_the_backend(
     await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
 
 
+@pytest.mark.asyncio
 async def test_one_hundred_concurrent_streams_through_the_proxy(proxy_server: LiveServer) -> None:
     results: dict[int, str] = {}
 
@@ -121,44 +124,6 @@ async def test_one_hundred_concurrent_streams_through_the_proxy(proxy_server: Li
 # -- misbehaving upstreams, in-process ---------------------------------------------------------
 
 
-class RawUpstream:
-    """A TCP server that reads one HTTP request and answers with fixed bytes (or never)."""
-
-    def __init__(self, answer: Callable[[bytes], bytes | None]) -> None:
-        self.answer = answer
-        self.requests: list[bytes] = []
-        self.url = ""
-
-    async def _handle(self, stream: SocketStream) -> None:
-        async with stream:
-            buffered = BufferedByteReceiveStream(stream)
-            head = await buffered.receive_until(b"\r\n\r\n", 65536)
-            length = 0
-            for line in head.split(b"\r\n"):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = await buffered.receive_exactly(length) if length else b""
-            self.requests.append(head + b"\r\n\r\n" + body)
-            answer = self.answer(body)
-            if answer is None:
-                await anyio.sleep_forever()
-            else:
-                await stream.send(answer)
-
-
-@asynccontextmanager
-async def raw_upstream(answer: Callable[[bytes], bytes | None]) -> AsyncIterator[RawUpstream]:
-    upstream = RawUpstream(answer)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    upstream.url = f"http://127.0.0.1:{port}/v1"
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, upstream._handle)
-        yield upstream
-        group.cancel_scope.cancel()
-
-
 @asynccontextmanager
 async def proxy_client(
     upstream_url: str, **options: Any
@@ -172,13 +137,7 @@ async def proxy_client(
         await proxy.aclose()
 
 
-def http_response(status: str, content_type: str, body: bytes) -> bytes:
-    return (
-        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    ).encode() + body
-
-
+@pytest.mark.asyncio
 async def test_requests_are_forwarded_without_the_stops() -> None:
     completion = {"choices": [{"index": 0, "text": "a</s>b", "finish_reason": "length"}]}
     answer = http_response("200 OK", "application/json", json.dumps(completion).encode())
@@ -210,6 +169,7 @@ UPSTREAM_ERRORS = {
 
 
 @pytest.mark.parametrize("case", UPSTREAM_ERRORS)
+@pytest.mark.asyncio
 async def test_upstream_errors_become_openai_shaped(case: str) -> None:
     status, content_type, body, message = UPSTREAM_ERRORS[case]
     answer = http_response(status, content_type, body)
@@ -225,6 +185,7 @@ async def test_upstream_errors_become_openai_shaped(case: str) -> None:
     assert error["code"] == response.status_code
 
 
+@pytest.mark.asyncio
 async def test_unreachable_upstream_is_a_502() -> None:
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -235,6 +196,7 @@ async def test_unreachable_upstream_is_a_502() -> None:
     assert response.json()["error"]["code"] == "upstream_unreachable"
 
 
+@pytest.mark.asyncio
 async def test_silent_upstream_is_a_504() -> None:
     async with (
         raw_upstream(lambda _: None) as upstream,
@@ -245,6 +207,7 @@ async def test_silent_upstream_is_a_504() -> None:
     assert response.json()["error"]["code"] == "upstream_timeout"
 
 
+@pytest.mark.asyncio
 async def test_a_stream_that_breaks_ends_with_an_error_event() -> None:
     chunk = {"choices": [{"index": 0, "delta": {"content": "partial <"}, "finish_reason": None}]}
     event = b"data: " + json.dumps(chunk).encode() + b"\n\n"

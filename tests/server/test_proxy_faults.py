@@ -5,28 +5,19 @@ is whole, OpenAI-shaped, and never holds the start of a stop. Expected bytes are
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager
 
 import anyio
-import httpx
 import pytest
 from anyio.abc import SocketStream
 
-from streamstop.server import Message, ProxyApp, Receive, Scope, Send, StopMiddleware
+from streamstop.server import Message, ProxyApp
 from streamstop.server._limits import RequestLimits
-from streamstop.server._record import RECORD_KEY, RequestRecord
 
-from .conftest import LiveServer
-from .test_proxy import RawUpstream, http_response, raw_upstream
+from .conftest import LiveServer, RawUpstream, http_response, proxied, raw_upstream
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+# Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
+# ``async def test`` (marked one by one: the module has sync tests too).
 
 
 class HoldingUpstream(RawUpstream):
@@ -42,41 +33,8 @@ class HoldingUpstream(RawUpstream):
             await anyio.sleep_forever()
 
 
-@asynccontextmanager
-async def holding_upstream(answer: bytes) -> AsyncIterator[HoldingUpstream]:
-    upstream = HoldingUpstream(lambda _: answer)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    upstream.url = f"http://127.0.0.1:{port}/v1"
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, upstream._handle)
-        yield upstream
-        group.cancel_scope.cancel()
-
-
-class Recording:
-    """The outer observability layer, reduced to what the tests need: a record in the scope."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.record = RequestRecord(request_id="test")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, RECORD_KEY: self.record}
-        await self.app(scope, receive, send)
-
-
-@asynccontextmanager
-async def proxied(url: str, **options: Any) -> AsyncIterator[tuple[httpx.AsyncClient, Recording]]:
-    proxy = ProxyApp(url, **options)
-    app = Recording(StopMiddleware(proxy))
-    transport = httpx.ASGITransport(app=app)
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://proxy/v1") as client:
-            yield client, app
-    finally:
-        await proxy.aclose()
+def holding_upstream(answer: bytes) -> AbstractAsyncContextManager[RawUpstream]:
+    return raw_upstream(lambda _: answer, HoldingUpstream)
 
 
 def event(content: str) -> bytes:
@@ -128,6 +86,7 @@ class _Client:
 
 
 @pytest.mark.parametrize("case", BAD_PATHS)
+@pytest.mark.asyncio
 async def test_paths_that_could_leave_the_base_are_a_400(case: str) -> None:
     path, raw_path, query = BAD_PATHS[case]
     scope = {
@@ -152,6 +111,7 @@ async def test_paths_that_could_leave_the_base_are_a_400(case: str) -> None:
     assert error["message"].startswith("Invalid request path ")
 
 
+@pytest.mark.asyncio
 async def test_an_allow_list_of_routes() -> None:
     answer = http_response("200 OK", "application/json", b'{"data":[]}')
     async with (
@@ -168,6 +128,7 @@ async def test_an_allow_list_of_routes() -> None:
     assert request.startswith(b"GET /v1/models HTTP/1.1\r\n")
 
 
+@pytest.mark.asyncio
 async def test_an_encoded_character_in_a_name_is_forwarded_as_received() -> None:
     answer = http_response("200 OK", "application/json", b"{}")
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, _):
@@ -184,6 +145,7 @@ BROKEN_ERROR = (
 )
 
 
+@pytest.mark.asyncio
 async def test_a_stream_broken_mid_event_sends_neither_held_text_nor_half_an_event() -> None:
     # "partial <" holds "<" (maybe "</s>"); the next event is cut off, then the connection.
     answer = chunked(event("partial <"), b'data: {"choices":[{"ind')
@@ -194,6 +156,7 @@ async def test_a_stream_broken_mid_event_sends_neither_held_text_nor_half_an_eve
     assert app.record.upstream_error == "broken"
 
 
+@pytest.mark.asyncio
 async def test_a_stream_that_ends_mid_event_ends_with_a_truncation_error() -> None:
     body = event("partial <") + b'data: {"choices":[{"ind'
     answer = http_response("200 OK", "text/event-stream", body)
@@ -206,6 +169,7 @@ async def test_a_stream_that_ends_mid_event_ends_with_a_truncation_error() -> No
     assert app.record.upstream_error == "truncated"
 
 
+@pytest.mark.asyncio
 async def test_a_last_event_missing_only_its_blank_line_is_whole() -> None:
     body = event("fine")[:-2]
     answer = http_response("200 OK", "text/event-stream", body)
@@ -215,6 +179,7 @@ async def test_a_last_event_missing_only_its_blank_line_is_whole() -> None:
     assert app.record.upstream_error is None
 
 
+@pytest.mark.asyncio
 async def test_a_stalled_stream_ends_with_a_timeout_event_and_no_held_text() -> None:
     async with (
         holding_upstream(chunked(event("partial <"))) as upstream,
@@ -228,6 +193,7 @@ async def test_a_stalled_stream_ends_with_a_timeout_event_and_no_held_text() -> 
     assert app.record.upstream_error == "timeout"
 
 
+@pytest.mark.asyncio
 async def test_an_event_over_its_cap_ends_the_stream() -> None:
     answer = chunked(event("ok"), b"data: " + b"x" * 300)
     limits = RequestLimits(max_sse_line_bytes=100)
@@ -245,6 +211,7 @@ async def test_an_event_over_its_cap_ends_the_stream() -> None:
 
 
 @pytest.mark.parametrize("content_type", [b"text/plain", b""])
+@pytest.mark.asyncio
 async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:
     answer = chunked(event("Hi </"), event("s> secret"), content_type=content_type)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -262,6 +229,7 @@ async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:
 COMPLETION = b'{"choices":[{"index":0,"text":"a</s>b"}]}'
 
 
+@pytest.mark.asyncio
 async def test_a_truncated_body_is_a_502() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION)[:-10]  # then it closes
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -271,6 +239,7 @@ async def test_a_truncated_body_is_a_502() -> None:
     assert app.record.upstream_error == "truncated"
 
 
+@pytest.mark.asyncio
 async def test_an_invalid_json_body_is_a_502() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION[:-10])
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -288,6 +257,7 @@ async def test_an_invalid_json_body_is_a_502() -> None:
     assert app.record.upstream_error == "invalid"
 
 
+@pytest.mark.asyncio
 async def test_a_body_that_stalls_is_a_504() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
     async with (
@@ -300,6 +270,7 @@ async def test_a_body_that_stalls_is_a_504() -> None:
     assert app.record.upstream_error == "timeout"
 
 
+@pytest.mark.asyncio
 async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
@@ -314,6 +285,7 @@ async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     assert app.record.upstream_error == "status"
 
 
+@pytest.mark.asyncio
 async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
     answer = http_response("200 OK", "application/json", b"{}")
     limits = RequestLimits(max_body_bytes=100)
@@ -329,6 +301,7 @@ async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
     assert upstream.requests == []
 
 
+@pytest.mark.asyncio
 async def test_a_whole_response_over_the_body_limit_is_a_502() -> None:
     completion = json.dumps({"choices": [{"index": 0, "text": "x" * 500}]}).encode()
     answer = http_response("200 OK", "application/json", completion)
@@ -352,6 +325,7 @@ LIVE_BAD_TARGETS = [
 
 
 @pytest.mark.parametrize("target", LIVE_BAD_TARGETS)
+@pytest.mark.asyncio
 async def test_hostile_targets_through_uvicorn_get_an_openai_shaped_400(
     proxy_server: LiveServer, target: bytes
 ) -> None:
