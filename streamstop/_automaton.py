@@ -24,16 +24,22 @@ Rules of this module (everything about matching lives here):
   and follow failure links down to a state with a table (amortised O(1) per character). So
   adversarial sets (long runs of one character, huge alphabets, stops that overlap each other)
   cannot blow the tables up.
-- Whole tokens are memoized per state (``advance``): LLM tokens come from a fixed vocabulary, so
-  a server soon answers most tokens with one dict lookup. The memo is shared by every stream
-  using the automaton and bounded in bytes, entries small by construction; when full it is
-  emptied and fills again (see ``_remember`` for why).
+- Whole tokens are stepped by ``advance``, the per-token path, which returns a :class:`Step`.
+  From the root, a token with none of the stops' first characters passes without a memo; other
+  tokens are memoized by the token alone: LLM tokens come from a fixed vocabulary, so a server
+  soon answers most tokens with one dict lookup (``root_step`` is that lookup, read-only, for
+  the buffer). In a held state, a token whose first character does not continue the partial
+  stop releases the held text and then takes the root's step; only tokens that continue a
+  partial walk. The memo is shared by every stream using the automaton and bounded in bytes,
+  entries small by construction; when full it refuses for a while, then forgets about half
+  (see ``_remember`` for why).
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
   a worker thread and runs them on the event loop). Tables are read-only once built; the memo is
   written under a lock and read without one, each read a single dict lookup (atomic under the
-  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes.
+  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes
+  (it may be forgotten: a reader then misses and works the step out again).
   :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
 
 Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
@@ -604,13 +610,14 @@ class StopAutomaton:
         :data:`PASS_THROUGH` (its output is the text itself), so that callers can test for it by
         identity.
 
-        Three answers cost no walk, whatever the number of stops. At the root, a token with none
-        of the stops' first characters passes (one C-level ``frozenset.isdisjoint``, no memo).
-        Other tokens at the root are memoized by the token alone: LLM tokens come from a fixed
-        vocabulary, so a server soon answers most with one dict lookup. In a held state, a token
-        whose first character does not continue the partial stop releases the held text and is
-        then the root's answer: one dict test, no entry of its own. Only tokens that continue a
-        partial walk (a character or two, see :meth:`_walk_from`), memoized by (state, token).
+        Three answers cost no walk, whatever the number of stops. At the root, steps are
+        memoized by the token alone (LLM tokens come from a fixed vocabulary, so a server soon
+        answers most with one dict lookup, :attr:`root_step`), and a token not met before with
+        none of the stops' first characters passes after one C-level ``frozenset.isdisjoint``.
+        In a held state, a token whose first character does not continue the partial stop
+        releases the held text and is then the root's answer: one dict test, memoized only while
+        the memo is less than half full. Only tokens that continue a partial walk (a character
+        or two, see :meth:`_walk_from`), memoized by (state, token).
         """
         if not state:
             result = self._root_memo.get(text)
