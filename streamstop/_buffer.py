@@ -54,7 +54,6 @@ class StopBuffer:
     """
 
     __slots__ = (
-        "_at_root",
         "_automaton",
         "_decoder",
         "_errors",
@@ -66,7 +65,10 @@ class StopBuffer:
         "_step",
         "_stop_string",
         "_stopped",
+        "at_root",
     )
+
+    at_root: bool
 
     def __init__(
         self,
@@ -83,7 +85,12 @@ class StopBuffer:
         # The state again while plain str chunks may take the hot path, -1 once they may not
         # (stopped, flushed, or bytes of an unfinished character pending): one load tells both.
         self._fast_state = 0
-        self._at_root = True
+        # Read-only for everyone else. Whether the buffer takes str chunks with nothing held
+        # and no stop reached: then a token ``t`` with ``automaton.root_step(t) is
+        # PASS_THROUGH`` comes out of feed() whole and leaves the buffer as it is, so that a
+        # loop may pass it on without the call. A plain attribute: the async shells read it
+        # before every token, and a property costs a call.
+        self.at_root = True
         self._stop_string: str | None = None
         self._stopped = False
         self._finished = False
@@ -108,28 +115,17 @@ class StopBuffer:
     def include_stop(self) -> bool:
         return self._include_stop
 
-    # The async shells read these two around every token: getters in C (no Python frame).
+    # StopStream reads it after every chunk it feeds: a getter in C (no Python frame).
     if TYPE_CHECKING:
 
         @property
         def stopped(self) -> bool:
             """Whether a stop has completed; everything after it is discarded."""
 
-        @property
-        def at_root(self) -> bool:
-            """Whether the buffer takes str chunks with nothing held and no stop reached."""
-
     else:
         stopped = property(
             attrgetter("_stopped"),
             doc="Whether a stop has completed; everything after it is discarded.",
-        )
-        at_root = property(
-            attrgetter("_at_root"),
-            doc="""Whether the buffer takes str chunks with nothing held and no stop reached:
-            then a token ``t`` with ``automaton.root_step(t) is PASS_THROUGH`` comes out of
-            :meth:`feed` whole and leaves the buffer as it is, so that a loop may pass it on
-            without the call.""",
         )
 
     @property
@@ -177,7 +173,7 @@ class StopBuffer:
         new_state, end, emitted = step
         if end < 0 and not self._include_stop:
             self._state = self._fast_state = new_state
-            self._at_root = not new_state
+            self.at_root = not new_state
             return emitted  # type: ignore[return-value]  # a str whenever end < 0
         return self._apply(state, chunk, step)  # type: ignore[arg-type]
 
@@ -190,7 +186,7 @@ class StopBuffer:
             # Bytes of an unfinished character are pending: a str chunk now would be an error,
             # which only the slow path checks.
             self._fast_state = -1
-            self._at_root = False
+            self.at_root = False
         return piece
 
     def _advance(self, text: str) -> str:
@@ -201,7 +197,7 @@ class StopBuffer:
         new_state, end, emitted = step
         if end < 0:
             self._state = self._fast_state = new_state
-            self._at_root = not new_state
+            self.at_root = not new_state
             if self._include_stop or emitted is None:  # None: passed through whole
                 return text
             return emitted
@@ -221,7 +217,7 @@ class StopBuffer:
         self._stopped = True
         self._state = 0
         self._fast_state = -1
-        self._at_root = False
+        self.at_root = False
 
     def flush(self) -> str:
         """End of input: return the held text, which turned out not to be a stop.
@@ -241,7 +237,7 @@ class StopBuffer:
                 )
         self._finished = True
         self._fast_state = -1
-        self._at_root = False
+        self.at_root = False
         if self._stop_string is not None:
             return tail
         held = self.held
