@@ -757,7 +757,8 @@ class StopAutomaton:
         of one pass over the entries per budget's worth of misses. A hit stays one dict lookup
         with no bookkeeping (LRU or CLOCK would write on every hit). Forgetting everything when
         full, the policy before, emptied the memo again and again once the working set (the
-        1,024 typical stops over real tokens) outgrew 4 MiB: see benchmarks/README.md.
+        1,024 typical stops over real tokens) outgrew 4 MiB; it follows a change of traffic
+        faster, though (both measured in benchmarks/README.md).
         """
         entry = _entry_cost(text, result)
         budget = self._memo_budget
