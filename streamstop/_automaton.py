@@ -24,16 +24,22 @@ Rules of this module (everything about matching lives here):
   and follow failure links down to a state with a table (amortised O(1) per character). So
   adversarial sets (long runs of one character, huge alphabets, stops that overlap each other)
   cannot blow the tables up.
-- Whole tokens are memoized per state (``advance``): LLM tokens come from a fixed vocabulary, so
-  a server soon answers most tokens with one dict lookup. The memo is shared by every stream
-  using the automaton and bounded in bytes, entries small by construction; when full it is
-  emptied and fills again (see ``_remember`` for why).
+- Whole tokens are stepped by ``advance``, the per-token path, which returns a :class:`Step`.
+  From the root, a token with none of the stops' first characters passes without a memo; other
+  tokens are memoized by the token alone: LLM tokens come from a fixed vocabulary, so a server
+  soon answers most tokens with one dict lookup (``root_step`` is that lookup, read-only, for
+  the buffer). In a held state, a token whose first character does not continue the partial
+  stop releases the held text and then takes the root's step; only tokens that continue a
+  partial walk. The memo is shared by every stream using the automaton and bounded in bytes,
+  entries small by construction; when full it refuses for a while, then forgets about half
+  (see ``_remember`` for why).
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
   a worker thread and runs them on the event loop). Tables are read-only once built; the memo is
   written under a lock and read without one, each read a single dict lookup (atomic under the
-  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes.
+  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes
+  (it may be forgotten: a reader then misses and works the step out again).
   :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
 
 Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
@@ -48,7 +54,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 __all__ = ["PASS_THROUGH", "Step", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
@@ -83,13 +89,32 @@ _SHORT_TEXT = 8
 # dict in _branches.
 _LEAF, _CHAIN, _BRANCH = 0, 1, 2
 
-# A memoized step (see StopAutomaton.advance): the new state, the end of a completed stop in the
-# text or -1, and (when no stop completed) what a buffer emits.
-Step: TypeAlias = tuple[int, int, str | None]
+
+class Step(NamedTuple):
+    """What :meth:`StopAutomaton.advance` returns: one step of a stream over a piece of text.
+
+    A tuple, so that the per-token paths unpack it at C speed; memoized steps are shared, so
+    never build one to compare with: test :data:`PASS_THROUGH` by identity.
+    """
+
+    state: int
+    """The state after the text (after the completed stop, if one completed)."""
+    end: int
+    """The offset in the text just past the first completed stop, or -1 if none completed."""
+    emitted: str | None
+    """When no stop completed: the held text plus the text, less what ``state`` holds (what a
+    buffer that does not include stops emits); ``None`` when a stop completed, and for
+    :data:`PASS_THROUGH`, whose output is the text itself."""
+
+
+# Steps are made on the miss paths only, but there a NamedTuple's own __new__ (a Python
+# function) would cost more than the tuple.
+_new_step = tuple.__new__
 
 # The step from the root over text that completes nothing and ends back at the root: the text
-# passes through untouched. One shared object, so the per-token paths can test it with ``is``.
-PASS_THROUGH: Step = (0, -1, None)
+# passes through untouched. One shared object, so that callers can test it with ``is``.
+PASS_THROUGH = Step(0, -1, None)
+_EMPTY_STEP = Step(0, -1, "")
 
 # The memo of every state that has none yet: read-only, shared (see _remember).
 _NO_MEMO: dict[str, Step] = {}
@@ -206,6 +231,7 @@ class StopAutomaton:
         "_deep",
         "_depth",
         "_fail",
+        "_forgets",
         "_hold_length",
         "_kind",
         "_label",
@@ -216,10 +242,14 @@ class StopAutomaton:
         "_memo_states",
         "_memo_used",
         "_owner",
+        "_passes",
+        "_refused",
         "_root_goto",
+        "_root_memo",
         "_start_search",
         "_table_bytes",
         "max_stop_length",
+        "root_step",
         "start_chars",
         "stops",
     )
@@ -238,13 +268,21 @@ class StopAutomaton:
         del order
         size = len(self._depth)
         self._memo: list[dict[str, Step]] = [_NO_MEMO] * size
-        self._memo[0] = {}  # the root's: never replaced, so that callers may keep it
+        # The root's: never replaced (see _forget), so kept at hand too.
+        self._root_memo: dict[str, Step] = {}
+        self._memo[0] = self._root_memo
+        # The memoized step from the root over a token, or None if the memo does not know it:
+        # one C-level call, for the per-token path of StopBuffer. A lookup, not the table.
+        self.root_step = self._root_memo.get
         self._memo_states: list[int] = []
         self._memo_used = 0
+        self._forgets = 0
+        self._refused = 0
         self._lock = threading.Lock()
         root_goto = self._root_goto
         # The characters that can begin a stop: text with none of them cannot affect the root.
         self.start_chars = frozenset(root_goto)
+        self._passes = self.start_chars.isdisjoint
         self._start_search = (
             _compile_class("".join(re.escape(c) for c in sorted(root_goto))).search
             if root_goto
@@ -565,61 +603,109 @@ class StopAutomaton:
         return state
 
     def advance(self, state: int, text: str) -> Step:
-        """:meth:`scan` from ``state``, with what a buffer emits, memoized for token-sized text.
+        """:meth:`scan` from ``state``, with what a buffer emits: the per-token path of every
+        stream (see :class:`Step`).
 
-        Returns ``(new_state, end, emitted)``: ``end`` as from :meth:`scan`; when no stop
-        completed (``end < 0``), ``emitted`` is the state's held text plus ``text`` less what
-        the new state holds, the output of a buffer that does not include stops. From the root,
-        text that passes untouched is answered with the one object :data:`PASS_THROUGH` (its
-        output is the text itself), so that callers can test for it by identity.
+        From the root, text that passes untouched is answered with the one object
+        :data:`PASS_THROUGH` (its output is the text itself), so that callers can test for it by
+        identity.
 
-        LLM tokens come from a fixed vocabulary and a stream spends most of its time at a few
-        states, so a server soon sees the same (state, token) pairs over and over: one dict
-        lookup then answers, whatever the number of stops.
+        Three answers cost no walk, whatever the number of stops. At the root, steps are
+        memoized by the token alone (LLM tokens come from a fixed vocabulary, so a server soon
+        answers most with one dict lookup, :attr:`root_step`), and a token not met before with
+        none of the stops' first characters passes after one C-level ``frozenset.isdisjoint``.
+        In a held state, a token whose first character does not continue the partial stop
+        releases the held text and is then the root's answer: one dict test, memoized only while
+        the memo is less than half full. Only tokens that continue a partial walk (a character
+        or two, see :meth:`_walk_from`), memoized by (state, token).
         """
-        result = self._memo[state].get(text)
-        return self.step(state, text) if result is None else result
-
-    def step(self, state: int, text: str) -> Step:
-        """:meth:`advance` without looking in the memo first (for callers that just did), then
-        memoized."""
         if not state:
-            if self.start_chars.isdisjoint(text):
-                result = PASS_THROUGH if text else (0, -1, "")
-            else:
-                new_state, end = self.scan(0, text)
-                # Nothing was held: out goes the text less what the new state holds.
-                result = (
-                    new_state,
-                    end,
-                    text[: len(text) - self._depth[new_state]] if end < 0 else None,
-                )
+            result = self._root_memo.get(text)
+            return self._from_root(text) if result is None else result
+        result = self._memo[state].get(text)
+        if result is not None:
+            return result
+        deep = self._deep[state]
+        if deep is not None and text and text[0] not in deep:
+            # The first character ends the held partial stop, so from there on the walk is the
+            # root's over the same text: release the held text, then the root's answer.
+            root_state, end, emitted = self._root_memo.get(text) or self._from_root(text)
+            if end >= 0:
+                return _new_step(Step, (root_state, end, None))
+            result = _new_step(
+                Step,
+                (
+                    root_state,
+                    -1,
+                    self.stops[self._owner[state]][: self._depth[state]]
+                    + (text if emitted is None else emitted),
+                ),
+            )
+            # Memoized only while the memo is less than half full: such a step is cheap to make
+            # again from the root's entry, and on real tokens there are many of them (18,000
+            # of the 25,000 (state, token) pairs of 100,000 tokens at 1,024 stops), which
+            # would crowd the root's entries and the walks out of the budget.
+            if self._memo_used < self._memo_budget >> 1 and len(text) <= _MEMO_TEXT_LIMIT:
+                self._remember(state, text, result)
+            return result
+        return self._from_held(state, text)
+
+    def _from_root(self, text: str) -> Step:
+        """:meth:`advance` from the root, not found in the memo; memoized."""
+        if self._passes(text):
+            # No stop's first character: nothing to walk (one C-level test).
+            if not text:
+                return _EMPTY_STEP
+            result: Step = PASS_THROUGH
+            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
+                self._remember(0, text, result)
+            return result
+        new_state, end = self.scan(0, text)
+        if end >= 0:
+            result = _new_step(Step, (new_state, end, None))
+        elif not new_state:
+            result = PASS_THROUGH
         else:
-            deep = self._deep[state]
-            if text and (
-                text[0] not in deep
-                if deep is not None
-                else self._depth[self._next(state, text[0])] <= 1
-            ):
-                # The first character ends the held partial stop, so from there on the walk is
-                # the root's over the same text.
-                new_state, end, _ = self.advance(0, text)
+            # Nothing was held: out goes the text less what the new state holds.
+            result = _new_step(Step, (new_state, -1, text[: len(text) - self._depth[new_state]]))
+        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
+            self._remember(0, text, result)
+        return result
+
+    def _from_held(self, state: int, text: str) -> Step:
+        """:meth:`advance` from a state that holds text, not found in the memo."""
+        deep = self._deep[state]
+        depth = self._depth
+        if text and (
+            text[0] not in deep if deep is not None else depth[self._next(state, text[0])] <= 1
+        ):
+            # As in advance, for states without a DFA table (deep in a long stop). A step that
+            # releases held text is not memoized: it is one dict test, a slice and a
+            # concatenation away from the root's entry, and on real tokens such steps are most
+            # of the (state, token) pairs a stream meets (18,000 of 25,000 over 100,000 tokens
+            # at 1,024 stops), which would crowd the root's entries and the walks out of the
+            # memo's budget.
+            root = self._root_memo.get(text) or self._from_root(text)
+            if root.end >= 0:
+                return _new_step(Step, (root.state, root.end, None))
+            emitted = root.emitted
+            held = self.stops[self._owner[state]][: depth[state]]
+            return _new_step(Step, (root.state, -1, held + (text if emitted is None else emitted)))
+        new_state, end = self._walk_from(state, text)
+        if end >= 0:
+            result = _new_step(Step, (new_state, end, None))
+        else:
+            # The held text plus ``text``, less what the new state holds; sliced from a stop
+            # through the state, so that it costs what it returns, however much is held.
+            held_length = depth[state]
+            count = held_length + len(text) - depth[new_state]
+            if count <= 0:
+                emitted = ""
+            elif count <= held_length:
+                emitted = self.stops[self._owner[state]][:count]
             else:
-                new_state, end = self._walk_from(state, text)
-            emitted = None
-            if end < 0:
-                # The held text plus ``text``, less what the new state holds; sliced from a stop
-                # through the state, so that it costs what it returns, however much is held.
-                depth = self._depth
-                held = depth[state]
-                count = held + len(text) - depth[new_state]
-                if count <= 0:
-                    emitted = ""
-                elif count <= held:
-                    emitted = self.stops[self._owner[state]][:count]
-                else:
-                    emitted = self.stops[self._owner[state]][:held] + text[: count - held]
-            result = (new_state, end, emitted)
+                emitted = self.stops[self._owner[state]][:held_length] + text[: count - held_length]
+            result = _new_step(Step, (new_state, -1, emitted))
         if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
             self._remember(state, text, result)
         return result
@@ -661,17 +747,18 @@ class StopAutomaton:
     # -- the memo ------------------------------------------------------------------------------
 
     def _remember(self, state: int, text: str, result: Step) -> None:
-        """Memoize a step, within the memo's byte budget: when it is full, forget everything and
-        start again.
+        """Memoize a step, within the memo's byte budget.
 
-        The simplest policy that keeps serving, and on real tokens the fastest of those we
-        measured (benchmarks/automaton_resources.py): the memo fills again with what is in use
-        now, in about as many misses as it has entries, and a hit stays one dict lookup with no
-        bookkeeping, which is the point of the memo. A memo that stops adding once full keeps the
-        first tokens it met forever (47-64% hits, against 74-82%); LRU would write on every
-        hit; two generations of half the budget each, the old one read on a miss and copied
-        forward, answer 2-3% more tokens from the memo but keep only half as many in the table
-        the buffer looks in first, and lose the difference in copies.
+        When the memo is full, new steps are refused until the refused ones add up to what the
+        memo holds; then about half of the entries are forgotten (a hash bit decides, a
+        different bit each time) and the memo takes what is in use now. So a working set larger
+        than the budget does not thrash: the memo keeps answering for the half it holds, as the
+        first-come memo before it did, and still follows the traffic as it changes, at the cost
+        of one pass over the entries per budget's worth of misses. A hit stays one dict lookup
+        with no bookkeeping (LRU or CLOCK would write on every hit). Forgetting everything when
+        full, the policy before, emptied the memo again and again once the working set (the
+        1,024 typical stops over real tokens) outgrew 4 MiB; it follows a change of traffic
+        faster, though (both measured in benchmarks/README.md).
         """
         entry = _entry_cost(text, result)
         budget = self._memo_budget
@@ -684,9 +771,15 @@ class StopAutomaton:
                 self._memo_used += entry
                 return
             if self._memo_used + entry + self._table_cost(state) > budget:
-                self._forget()
-                if entry + self._table_cost(state) > budget:
+                self._refused += entry
+                if self._refused < self._memo_used:
                     return
+                self._refused = 0
+                self._forget(half=True)
+                if self._memo_used + entry + self._table_cost(state) > budget:
+                    self._forget(half=False)
+                    if entry + self._table_cost(state) > budget:
+                        return
             self._insert(state, text, result, entry)
 
     def _table_cost(self, state: int) -> int:
@@ -704,19 +797,44 @@ class StopAutomaton:
         table[text] = result
         self._memo_used += cost
 
-    def _forget(self) -> None:
-        # Under self._lock. The root's table stays the same object (StopStream keeps it).
+    def _forget(self, *, half: bool) -> None:
+        """Under self._lock: forget all the entries, or about half of them, chosen by one bit of
+        a hash of (state, token), a different bit each time, so that none survives for long
+        unused."""
+        self._forgets += 1
+        shift = self._forgets % 48 if half else 64
         memo = self._memo
-        for state in self._memo_states:
-            memo[state] = _NO_MEMO
-        self._memo_states = []
-        memo[0].clear()
-        self._memo_used = 0
+        used = 0
+        states = []
+        for state in (0, *self._memo_states):
+            # A new, compact table rather than deletions in place, whose dict keeps its size.
+            kept = {
+                text: step
+                for text, step in memo[state].items()
+                if (hash(text) + state) >> shift & 1 and half
+            }
+            used += sum(_entry_cost(text, step) for text, step in kept.items())
+            if not state:
+                # In place: root_step is bound to this table.
+                self._root_memo.clear()
+                self._root_memo.update(kept)
+            elif kept:
+                memo[state] = kept
+                states.append(state)
+                used += _MEMO_TABLE_BYTES
+            else:
+                memo[state] = _NO_MEMO
+        self._memo_states = states
+        self._memo_used = used
 
-    def buffer_tables(self) -> list[dict[str, Step]]:
-        """For StopBuffer's per-token path, to read only: the memo, per state. Its tables may be
-        replaced (the root's never is), so look them up for each token."""
-        return self._memo
+    def memo_items(self) -> list[tuple[int, str, Step]]:
+        """What the memo holds now, as ``(state, text, step)``: a copy, to look at."""
+        with self._lock:
+            return [
+                (state, text, step)
+                for state in (0, *self._memo_states)
+                for text, step in self._memo[state].items()
+            ]
 
     # -- what states stand for -----------------------------------------------------------------
 

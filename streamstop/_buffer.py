@@ -12,6 +12,8 @@ buffer stores one ``int`` of state, however long the stream.
 from __future__ import annotations
 
 import codecs
+from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from ._automaton import PASS_THROUGH, Step, StopAutomaton, Stops
 
@@ -58,10 +60,15 @@ class StopBuffer:
         "_fast_state",
         "_finished",
         "_include_stop",
-        "_memo",
+        "_root_step",
         "_state",
+        "_step",
         "_stop_string",
+        "_stopped",
+        "at_root",
     )
+
+    at_root: bool
 
     def __init__(
         self,
@@ -78,9 +85,19 @@ class StopBuffer:
         # The state again while plain str chunks may take the hot path, -1 once they may not
         # (stopped, flushed, or bytes of an unfinished character pending): one load tells both.
         self._fast_state = 0
+        # Read-only for everyone else. Whether the buffer takes str chunks with nothing held
+        # and no stop reached: then a token ``t`` with ``automaton.root_step(t) is
+        # PASS_THROUGH`` comes out of feed() whole and leaves the buffer as it is, so that a
+        # loop may pass it on without the call. A plain attribute: the async shells read it
+        # before every token, and a property costs a call.
+        self.at_root = True
         self._stop_string: str | None = None
+        self._stopped = False
         self._finished = False
-        self._memo = self._automaton.buffer_tables()
+        automaton = self._automaton
+        # Bound once: the per-token path calls them on every token.
+        self._root_step = automaton.root_step
+        self._step = automaton.advance
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -98,10 +115,18 @@ class StopBuffer:
     def include_stop(self) -> bool:
         return self._include_stop
 
-    @property
-    def stopped(self) -> bool:
-        """Whether a stop has completed; everything after it is discarded."""
-        return self._stop_string is not None
+    # StopStream reads it after every chunk it feeds: a getter in C (no Python frame).
+    if TYPE_CHECKING:
+
+        @property
+        def stopped(self) -> bool:
+            """Whether a stop has completed; everything after it is discarded."""
+
+    else:
+        stopped = property(
+            attrgetter("_stopped"),
+            doc="Whether a stop has completed; everything after it is discarded.",
+        )
 
     @property
     def stop_string(self) -> str | None:
@@ -120,26 +145,35 @@ class StopBuffer:
 
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
-        # The hot path: a few loads and one dict lookup per token, for str chunks while running.
-        # The automaton memoizes each (state, token) step with its output; the memo is keyed by
-        # str, so a chunk of any other type misses it.
+        # The per-token path of every stream, for str chunks while running: at the root, one
+        # dict lookup answers the tokens met before (the automaton's root_step; keyed by str,
+        # so a chunk of another type misses); a token not met before passes in one C-level test
+        # if it has none of the stops' first characters; any other token is one call to the
+        # automaton, usually one dict lookup there (StopAutomaton.advance).
         state = self._fast_state
-        if state < 0:
-            return self._feed_other(chunk)
-        try:
-            step = self._memo[state].get(chunk)  # type: ignore[arg-type]
-        except TypeError:  # unhashable, so not text: reported by _feed_other
-            step = None
-        if step is None:
-            if type(chunk) is not str:
+        if not state:
+            try:
+                step = self._root_step(chunk)  # type: ignore[arg-type]
+            except TypeError:  # unhashable, so not text: reported by _feed_other
                 return self._feed_other(chunk)
-            step = self._automaton.step(state, chunk)  # and memoized for next time
-        # A hit means the chunk is text. (No typing.cast here: it is a call, on every token.)
+            if step is PASS_THROUGH:
+                return chunk  # type: ignore[return-value]  # a hit means the chunk is text
+            if step is None:
+                if type(chunk) is not str:
+                    return self._feed_other(chunk)
+                step = self._step(0, chunk)
+        else:
+            if state < 0 or type(chunk) is not str:
+                return self._feed_other(chunk)
+            step = self._step(state, chunk)
+        # Here the chunk is a str (a memo hit or the checks above). No typing.cast: it is a
+        # call, on every token.
         if step is PASS_THROUGH:
             return chunk  # type: ignore[return-value]
         new_state, end, emitted = step
         if end < 0 and not self._include_stop:
             self._state = self._fast_state = new_state
+            self.at_root = not new_state
             return emitted  # type: ignore[return-value]  # a str whenever end < 0
         return self._apply(state, chunk, step)  # type: ignore[arg-type]
 
@@ -152,6 +186,7 @@ class StopBuffer:
             # Bytes of an unfinished character are pending: a str chunk now would be an error,
             # which only the slow path checks.
             self._fast_state = -1
+            self.at_root = False
         return piece
 
     def _advance(self, text: str) -> str:
@@ -162,6 +197,7 @@ class StopBuffer:
         new_state, end, emitted = step
         if end < 0:
             self._state = self._fast_state = new_state
+            self.at_root = not new_state
             if self._include_stop or emitted is None:  # None: passed through whole
                 return text
             return emitted
@@ -178,8 +214,10 @@ class StopBuffer:
 
     def _stop(self, stop_string: str) -> None:
         self._stop_string = stop_string
+        self._stopped = True
         self._state = 0
         self._fast_state = -1
+        self.at_root = False
 
     def flush(self) -> str:
         """End of input: return the held text, which turned out not to be a stop.
@@ -199,6 +237,7 @@ class StopBuffer:
                 )
         self._finished = True
         self._fast_state = -1
+        self.at_root = False
         if self._stop_string is not None:
             return tail
         held = self.held

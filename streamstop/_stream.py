@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from ._automaton import PASS_THROUGH, Step, StopAutomaton, Stops
+from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 from ._buffer import StopBuffer
 
 __all__ = ["StopStream", "SyncStopStream"]
@@ -106,23 +106,22 @@ class StopStream(_FilteredStream):
         return self._generator
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
-        # The per-token path of every stream.
+        # The per-token path of every stream. Most tokens arrive with nothing held and are known
+        # to pass whole (see StopBuffer.at_root): two C-level calls instead of feed's frame.
         if self._exhausted:
             return
         buffer = self._buffer
         feed = buffer.feed
-        # Keyed by str, looked up with any chunk: one of another type simply misses.
-        root_memo: dict[Any, Step] = buffer._memo[0]
+        # Keyed by str, called with any chunk: one of another type misses (feed then decides).
+        root_step = buffer.automaton.root_step
         pass_through = PASS_THROUGH
         try:
             if self._iterator is None:
                 self._iterator = aiter(self._source)
             async for chunk in self._iterator:
-                # The first test of StopBuffer.feed, repeated here to save a call on most
-                # tokens: at the root, a token known to pass through untouched.
-                if not buffer._fast_state:
+                if buffer.at_root:
                     try:
-                        step = root_memo.get(chunk)
+                        step = root_step(chunk)  # type: ignore[arg-type]
                     except TypeError:  # unhashable: feed() reports it
                         step = None
                     if step is pass_through:
@@ -130,7 +129,7 @@ class StopStream(_FilteredStream):
                         yield chunk  # type: ignore[misc]
                         continue
                 piece = feed(chunk)
-                if buffer._stop_string is not None:
+                if buffer.stopped:
                     self._exhausted = True
                     await self.aclose()
                     if piece:
@@ -225,7 +224,7 @@ class SyncStopStream(_FilteredStream):
                 self._iterator = iter(self._source)
             for chunk in self._iterator:
                 piece = buffer.feed(chunk)
-                if buffer.stopped:
+                if buffer._stop_string is not None:
                     break
                 if piece:
                     return piece

@@ -266,24 +266,26 @@ def test_memo_stays_within_its_budget_and_keeps_learning() -> None:
     budget = 50_000
     automaton = StopAutomaton(["</s>", "<|im_end|>"], memo_bytes=budget)
     tables = _tables(automaton)
-    memo = automaton.buffer_tables()
-    root = memo[0]
     rng = random.Random(4)
-    emptied = 0
+    thinned = 0
     used = 0
-    for _ in range(5_000):
+    learned_late = 0
+    frequent_known = 0
+    for round_ in range(5_000):
         token = f" w{rng.randrange(10**9)}<"
+        frequent_known += automaton.root_step(" the<") is not None
         automaton.advance(0, token)
-        automaton.advance(0, " the")  # a frequent token between rare ones
+        automaton.advance(0, " the<")  # a frequent token between rare ones
         assert automaton.memory_size() - tables <= budget
-        # The rare token just met is kept, even with the memo long full (a memo that stopped
-        # adding when full would fail here), and so is the frequent one.
-        assert token in root
-        assert " the" in root
-        emptied += automaton.memory_size() - tables < used
+        # Rare tokens met long after the memo first filled are still memoized, many of them (a
+        # memo that stopped adding when full would keep none).
+        learned_late += round_ >= 2_500 and automaton.root_step(token) is not None
+        thinned += automaton.memory_size() - tables < used
         used = automaton.memory_size() - tables
-    assert emptied >= 10  # it filled and was emptied again and again
-    assert memo[0] is root  # the root's table is never replaced: StopStream keeps it
+    assert thinned >= 10  # it filled and was thinned again and again
+    assert learned_late >= 500
+    # The frequent token is nearly always known: forgotten, it comes back at its next use.
+    assert frequent_known >= 4_500
 
 
 def test_memo_entries_never_keep_long_held_text() -> None:
@@ -293,7 +295,7 @@ def test_memo_entries_never_keep_long_held_text() -> None:
     for _ in range(len(stop) - 1):
         assert buffer.feed("x") == ""
     assert buffer.feed("y") == stop[:-1] + "y"
-    entries = [step for table in automaton.buffer_tables() for step in table.values()]
+    entries = [step for _, _, step in automaton.memo_items()]
     assert entries
     assert all(len(step[2] or "") <= 2 * automaton_module._MEMO_TEXT_LIMIT for step in entries)
     assert automaton.memory_size() - _tables(automaton) < 5_000 * 1_000
@@ -304,7 +306,7 @@ def test_memo_of_zero_bytes_keeps_nothing() -> None:
     buffer = StopBuffer(automaton)
     assert [buffer.feed(chunk) for chunk in ["xa", "a", "b", "c"]] == ["x", "a", "", ""]
     assert buffer.stop_string == "ab"
-    assert not any(automaton.buffer_tables())
+    assert not automaton.memo_items()
 
 
 @pytest.mark.parametrize(

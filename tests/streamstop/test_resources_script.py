@@ -40,22 +40,22 @@ def _fill(automaton: StopAutomaton, tokens: list[str]) -> None:
         buffer.feed(token)
 
 
-def test_first_come_freezes_ours_forgets_two_generations_keep_what_is_used() -> None:
-    early = [f" a{i}" for i in range(200)]
-    late = [f" b{i}" for i in range(200)]
+def test_first_come_freezes_forget_all_forgets_ours_keeps_learning() -> None:
+    early = [f" a{i}<" for i in range(200)]
+    late = [f" b{i}<" for i in range(200)]
     frozen = script.FirstComeAutomaton(["</s>"], memo_bytes=8_000)
     _fill(frozen, early + late)
-    assert " a0" in frozen.buffer_tables()[0]
-    assert " b199" not in frozen.buffer_tables()[0]
+    assert frozen.root_step(" a0<") is not None
+    assert frozen.root_step(" b199<") is None
+    forget_all = script.ForgetAllAutomaton(["</s>"], memo_bytes=8_000)
+    _fill(forget_all, early + late)
+    assert forget_all.root_step(" a0<") is None
+    assert forget_all.root_step(" b199<") is not None
     ours = StopAutomaton(["</s>"], memo_bytes=8_000)
     _fill(ours, early + late)
-    assert " a0" not in ours.buffer_tables()[0]
-    assert " b199" in ours.buffer_tables()[0]
-    two = script.TwoGenerationsAutomaton(["</s>"], memo_bytes=8_000)
-    _fill(two, [token for pair in zip(early + late, [" hot"] * 400, strict=True) for token in pair])
-    assert " b199" in two.buffer_tables()[0]
-    assert " hot" in two.buffer_tables()[0] or " hot" in two._old[0]
-    assert " a0" not in two.buffer_tables()[0]
-    assert " a0" not in two._old.get(0, {})
-    for automaton in (frozen, ours, two):
+    # Full, it refused the late tokens for a while, then forgot about half and took new ones
+    # (which half depends on the process's string hashes, so only counts are checked).
+    assert sum(ours.root_step(token) is not None for token in late) > 0
+    assert sum(ours.root_step(token) is not None for token in early) < len(early)
+    for automaton in (frozen, forget_all, ours):
         assert automaton.memory_size() - automaton._table_bytes <= 8_000

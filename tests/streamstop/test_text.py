@@ -152,5 +152,4 @@ def test_memo_stays_within_its_bytes_and_results_stay_exact() -> None:
         _, end, _ = automaton.advance(0, text)
         assert (end >= 0) == (reference_match(text, ["abab", "bq"]) is not None)
         assert automaton.memory_size() <= empty + budget
-    memo = automaton.buffer_tables()
-    assert 0 < sum(map(len, memo)) < len(set(texts))
+    assert 0 < len(automaton.memo_items()) < len(set(texts))
