@@ -157,7 +157,11 @@ class StopBuffer:
             except TypeError:  # unhashable, so not text: reported by _feed_other
                 return self._feed_other(chunk)
             if step is PASS_THROUGH:
-                return chunk  # type: ignore[return-value]  # a hit means the chunk is text
+                if type(chunk) is str:
+                    return chunk
+                # Equal to a known token but a str subclass: given back as plain text, as the
+                # first time it was seen, whatever the shared memo holds.
+                return self._feed_other(chunk)
             if step is None:
                 if type(chunk) is not str:
                     return self._feed_other(chunk)

@@ -96,11 +96,18 @@ class StopStream(_FilteredStream):
         self._source = source
         self._iterator: AsyncIterator[str | bytes] | None = None
         self._generator: AsyncGenerator[str, None] | None = None
+        self._looped = False
 
     def __aiter__(self) -> AsyncIterator[str]:
         # An async generator rather than ``self``: resuming a generator costs less than a new
         # ``__anext__`` coroutine per token, and an abandoned one is finalized by the event loop
-        # (which then closes the source). Held here, so that ``aclose()`` can finish it.
+        # (which then closes the source). Held here, so that ``aclose()`` can finish it. Once,
+        # as every stream wrapper (streamstop._lifecycle): a second loop would silently resume
+        # or find nothing.
+        # (Pieces taken with __anext__ first are part of the same one iteration.)
+        if self._looped:
+            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
+        self._looped = True
         if self._generator is None:
             self._generator = self._iterate()
         return self._generator
@@ -124,9 +131,10 @@ class StopStream(_FilteredStream):
                         step = root_step(chunk)  # type: ignore[arg-type]
                     except TypeError:  # unhashable: feed() reports it
                         step = None
-                    if step is pass_through:
-                        # Only str keys are memoized. (No typing.cast: a call on every token.)
-                        yield chunk  # type: ignore[misc]
+                    if step is pass_through and type(chunk) is str:
+                        # A str subclass equal to a known token goes through feed(), which
+                        # gives plain text. (No typing.cast: a call on every token.)
+                        yield chunk
                         continue
                 piece = feed(chunk)
                 if buffer.stopped:
@@ -147,7 +155,9 @@ class StopStream(_FilteredStream):
 
     async def __anext__(self) -> str:
         """The next piece, from the same iterator that ``async for`` uses."""
-        return await self.__aiter__().__anext__()
+        if self._generator is None:
+            self._generator = self._iterate()
+        return await self._generator.__anext__()
 
     async def aclose(self) -> None:
         """Close the source (its iterator's ``aclose()``, if it has one). Idempotent."""
@@ -211,8 +221,12 @@ class SyncStopStream(_FilteredStream):
         super().__init__(stops, include_stop=include_stop, errors=errors)
         self._source = source
         self._iterator: Iterator[str | bytes] | None = None
+        self._iterated = False
 
     def __iter__(self) -> SyncStopStream:
+        if self._iterated:
+            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
+        self._iterated = True
         return self
 
     def __next__(self) -> str:

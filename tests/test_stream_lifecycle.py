@@ -24,7 +24,6 @@ from streamstop.chat import ChunkStream, SyncChunkStream
 pytestmark = pytest.mark.anyio
 
 STOPS = ["</s>"]
-CORE_XFAIL = "StopStream adopts the shared lifecycle in the core work"
 
 
 class Boom(Exception):
@@ -182,7 +181,7 @@ async def test_closing_twice_closes_once(wrapper: Wrapper) -> None:
     assert source.closes == 1
 
 
-@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS, xfail={"StopStream": CORE_XFAIL}))
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
 async def test_a_second_iteration_raises(wrapper: Wrapper) -> None:
     source = Source(wrapper.items)
     stream = wrapper.make(source)
@@ -245,7 +244,7 @@ def test_sync_closing_twice_closes_once(wrapper: Wrapper) -> None:
     assert source.closes == 1
 
 
-@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS, xfail={"SyncStopStream": CORE_XFAIL}))
+@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS))
 def test_sync_a_second_iteration_raises(wrapper: Wrapper) -> None:
     source = SyncSource(wrapper.items)
     stream = wrapper.make(source)

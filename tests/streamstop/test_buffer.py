@@ -297,6 +297,18 @@ def test_str_subclass_chunk_is_plain_text() -> None:
     assert type(piece) is str
 
 
+def test_str_subclass_chunk_is_plain_text_after_the_memo_knows_it() -> None:
+    # The shared automaton has memoized "hi" as a plain str first: the subclass still comes out
+    # as plain text (before, the answer depended on what earlier buffers had fed).
+    class Token(str):
+        pass
+
+    automaton = StopAutomaton(["</s>"])
+    assert StopBuffer(automaton).feed("hi") == "hi"
+    piece = StopBuffer(automaton).feed(Token("hi"))
+    assert (piece, type(piece)) == ("hi", str)
+
+
 # -- properties against the brute-force reference
 
 ALPHABET = "ab<>/\n"

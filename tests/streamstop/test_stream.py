@@ -335,3 +335,14 @@ def test_stop_stream_matches_reference(tokens: list[str], stops: list[str]) -> N
     sync = SyncStopStream(tokens, stops)
     assert list(sync) == pieces
     assert sync.stop_string == stop_string
+
+
+async def test_str_subclass_token_is_plain_text_after_the_memo_knows_it() -> None:
+    class Token(str):
+        pass
+
+    automaton = StopAutomaton(["</s>"])
+    assert [piece async for piece in StopStream(Source(["hi"]), automaton)] == ["hi"]
+    tokens: list[str] = [Token("hi")]
+    pieces = [piece async for piece in StopStream(Source(tokens), automaton)]
+    assert [(piece, type(piece)) for piece in pieces] == [("hi", str)]
