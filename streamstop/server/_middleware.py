@@ -15,7 +15,7 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   the body once, then waits. On a filtered request the app is asked for an uncompressed
   response (``accept-encoding: identity``): compression belongs outside this middleware. A
   2xx body the app compresses anyway with gzip or deflate is inflated piece by piece (never
-  more than ``_INFLATE_PIECE`` bytes at once, so a gzip bomb never materialises), and sent
+  more than ``INFLATE_PIECE`` bytes at once, so a gzip bomb never materialises), and sent
   uncompressed; other encodings pass untouched.
 - Memory stays bounded whatever the app sends: a JSON body held whole, and the inflated size
   of a compressed body, are capped by ``RequestLimits.max_response_bytes``. Over it: a 502 in
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +68,7 @@ from ._asgi import (
     read_body_or_413,
     send_error,
 )
+from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import (
@@ -89,10 +89,6 @@ DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
 
 _PASS, _SSE, _JSON = "pass", "sse", "json"
-_INFLATABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})
-# The most a compressed piece is inflated to at once: deflate reaches ~1000:1, so one 64 KiB
-# read of a bomb would otherwise be 64 MB in memory before any bound is checked.
-_INFLATE_PIECE = 64 * 1024
 
 
 # json.loads runs at roughly 100-300 MB/s: 256 KiB is about 1-3 ms on the loop; larger bodies
@@ -125,42 +121,6 @@ def _expected_choices(request: dict[str, Any]) -> int | None:
     if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
         return n * len(prompt)
     return n
-
-
-class _ResponseTooLarge(Exception):
-    """The app's response went over ``RequestLimits.max_response_bytes``."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"The response is larger than the limit max_response_bytes={limit} bytes.")
-
-
-class _Inflater:
-    """Inflates a gzip or zlib body incrementally, at most ``_INFLATE_PIECE`` bytes at a
-    time, raising :class:`_ResponseTooLarge` once the inflated total passes ``limit``."""
-
-    def __init__(self, limit: int) -> None:
-        self._decompress = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib
-        self._limit = limit
-        self._size = 0
-
-    def pieces(self, data: bytes, *, final: bool) -> Iterable[bytes]:
-        decompress = self._decompress
-        while data:
-            piece = decompress.decompress(data, _INFLATE_PIECE)
-            data = decompress.unconsumed_tail
-            yield self._counted(piece)
-        if final:
-            while not decompress.eof:
-                piece = decompress.decompress(b"", _INFLATE_PIECE)
-                if not piece:
-                    break
-                yield self._counted(piece)
-
-    def _counted(self, piece: bytes) -> bytes:
-        self._size += len(piece)
-        if self._size > self._limit:
-            raise _ResponseTooLarge(self._limit)
-        return piece
 
 
 _TOO_LARGE = "response_too_large"
@@ -405,7 +365,7 @@ class _Exchange:
         self._send = send
         self._mode = _PASS
         # Inflates a body the app compressed although asked not to (gzip or deflate).
-        self._inflate: _Inflater | None = None
+        self._inflate: Inflater | None = None
         self._sse: SSEFilter | FamilyStream | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
@@ -470,7 +430,7 @@ class _Exchange:
         elif kind == "http.response.body" and self._mode == _JSON:
             try:
                 self._hold_json(message)
-            except _ResponseTooLarge as error:
+            except ResponseTooLarge as error:
                 await self._refuse_too_large(error)
                 return
             if not message.get("more_body", False):
@@ -488,10 +448,10 @@ class _Exchange:
             self._json_size += len(piece)
             if self._json_size > limit:
                 self._json_parts = []
-                raise _ResponseTooLarge(limit)
+                raise ResponseTooLarge(limit)
             self._json_parts.append(piece)
 
-    async def _refuse_too_large(self, error: _ResponseTooLarge) -> None:
+    async def _refuse_too_large(self, error: ResponseTooLarge) -> None:
         """A 502 instead of a held body over the limit; the app is stopped."""
         self._start = None
         if self._record is not None:
@@ -510,7 +470,7 @@ class _Exchange:
                     await self._downstream(
                         {"type": "http.response.body", "body": piece, "more_body": True}
                     )
-        except _ResponseTooLarge:
+        except ResponseTooLarge:
             if self._record is not None:
                 self._record.upstream_error = "too_large"
             more = False
@@ -526,9 +486,9 @@ class _Exchange:
         content_type = (header(headers, b"content-type") or b"").lower()
         encoding = (header(headers, b"content-encoding") or b"identity").lower()
         status = int(message["status"])
-        if encoding in _INFLATABLE and 200 <= status < 300:
+        if encoding in INFLATABLE and 200 <= status < 300:
             # Asked for identity, the app compressed anyway: the text must be read to be cut.
-            self._inflate = _Inflater(self._limits.max_response_bytes)
+            self._inflate = Inflater(self._limits.max_response_bytes)
             headers = [(key, value) for key, value in headers if key.lower() != b"content-encoding"]
             message = {**message, "headers": _with_content_length(headers, None)}
             encoding = b"identity"
@@ -604,7 +564,7 @@ class _Exchange:
                 data = sse.feed(piece)
                 if sse.done:
                     break
-        except _ResponseTooLarge as error:
+        except ResponseTooLarge as error:
             if self._record is not None:
                 self._record.upstream_error = "too_large"
             if self._family is None:
