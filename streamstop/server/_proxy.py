@@ -549,23 +549,10 @@ class _Exchange:
                     out = splitter.feed(piece)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
-        except SSEFrameTooLarge as error:
-            self._fault("too_large")
-            tail = self._error_frame(f"The upstream sent {error}.", "upstream_event_too_large")
-        except ResponseTooLarge as error:
-            self._fault("too_large")
-            tail = self._error_frame(str(error), "response_too_large")
-        except httpx.TimeoutException as error:
-            self._fault("timeout")
-            tail = self._error_frame(
-                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
-            )
-        except httpx.HTTPError as error:
-            self._fault("broken")
-            tail = self._error_frame(
-                f"The upstream stream broke off: {type(error).__name__}.",
-                "upstream_broken",
-            )
+        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
+            kind, message, code = _stream_fault(error)
+            self._fault(kind)
+            tail = self._error_frame(message, code)
         else:
             pending = splitter.pending
             if pending.strip(b"\r\n"):
@@ -609,25 +596,12 @@ class _Exchange:
                     if lines:
                         out = b"\n".join(lines) + b"\n"
                         await send({"type": "http.response.body", "body": out, "more_body": True})
-        except SSEFrameTooLarge as error:
-            self._fault("too_large")
+        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
+            kind, message, code = _stream_fault(error)
+            self._fault(kind)
+            # The whole lines read with the one over its limit still go out.
             lines = error.lines if isinstance(error, LineTooLarge) else []
-            tail = b"".join(line + b"\n" for line in lines) + self._error_line(
-                f"The upstream sent {error}.", "upstream_event_too_large"
-            )
-        except ResponseTooLarge as error:
-            self._fault("too_large")
-            tail = self._error_line(str(error), "response_too_large")
-        except httpx.TimeoutException as error:
-            self._fault("timeout")
-            tail = self._error_line(
-                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
-            )
-        except httpx.HTTPError as error:
-            self._fault("broken")
-            tail = self._error_line(
-                f"The upstream stream broke off: {type(error).__name__}.", "upstream_broken"
-            )
+            tail = b"".join(line + b"\n" for line in lines) + self._error_line(message, code)
         else:
             last = decoder.flush()
             if last is not None:
@@ -639,6 +613,23 @@ class _Exchange:
                         "The upstream stream ended in the middle of a line.", "upstream_truncated"
                     )
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _stream_fault(
+    error: SSEFrameTooLarge | ResponseTooLarge | httpx.HTTPError,
+) -> tuple[str, str, str]:
+    """How a stream the upstream failed ends, the same for events and lines: the fault's kind
+    (for the record), the error's message and its code."""
+    import httpx
+
+    if isinstance(error, SSEFrameTooLarge):
+        return "too_large", f"The upstream sent {error}.", "upstream_event_too_large"
+    if isinstance(error, ResponseTooLarge):
+        return "too_large", str(error), "response_too_large"
+    name = type(error).__name__
+    if isinstance(error, httpx.TimeoutException):
+        return "timeout", f"The upstream stream stalled: {name}.", "upstream_timeout"
+    return "broken", f"The upstream stream broke off: {name}.", "upstream_broken"
 
 
 def _parses(body: bytes) -> bool:
