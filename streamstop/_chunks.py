@@ -32,12 +32,19 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeGuard, TypeVar
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 
-__all__ = ["ChunkFilter", "ChunkT", "check_n", "cut_response", "truncate_response"]
+__all__ = [
+    "ChunkFilter",
+    "ChunkT",
+    "check_n",
+    "cut_response",
+    "is_choice_count",
+    "truncate_response",
+]
 
 ChunkT = TypeVar("ChunkT")
 
@@ -83,11 +90,17 @@ def _set_fields(obj: Any) -> set[str]:
     return set(model_dump(exclude_none=True))
 
 
+def is_choice_count(n: object) -> TypeGuard[int]:
+    """Whether ``n`` is a number of choices: a positive int (not a bool). The one rule for ``n``,
+    in the ChunkFilter API (:func:`check_n`) and in requests (``server._request.parse_n``)."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
 def check_n(n: int | None) -> int | None:
     """``n`` itself if it is ``None`` or a positive int (a number of choices), else ValueError."""
     if n is None:
         return None
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    if not is_choice_count(n):
         raise ValueError(f"n must be None or a positive int (the number of choices), got {n!r}")
     return n
 

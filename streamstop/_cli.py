@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from ._buffer import StopBuffer
+from ._pieces import token_pieces
 from ._stream import SyncStopStream
 
 __all__ = ["main"]
@@ -80,21 +81,9 @@ def _run_filter(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_tokens(text: str) -> Iterator[str]:
-    """Cut text into token-sized pieces (2 to 5 characters), as a tokenizer would."""
-    sizes = (3, 2, 4, 5, 3, 2, 4)
-    position = 0
-    index = 0
-    while position < len(text):
-        size = sizes[index % len(sizes)]
-        yield text[position : position + size]
-        position += size
-        index += 1
-
-
 def _run_demo(args: argparse.Namespace) -> int:
     stops = args.stop or list(DEMO_STOPS)
-    tokens = list(_demo_tokens(DEMO_COMPLETION))
+    tokens = token_pieces(DEMO_COMPLETION)
     out = sys.stdout
     print(f"stops: {stops!r}", file=out)
     print(f"model emits {len(tokens)} tokens; the filter shows:\n", file=out)

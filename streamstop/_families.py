@@ -33,7 +33,7 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ._automaton import StopAutomaton, Stops
@@ -60,6 +60,20 @@ def _dumps(payload: Any) -> bytes:
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     except UnicodeEncodeError:
         return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _cut_each(
+    items: list[Any], cut: Callable[[Any], tuple[Any, list[str]]]
+) -> tuple[list[Any], list[str]]:
+    """A batch response (a list: one answer per prompt) cut item by item, and every stop that
+    fired, in order."""
+    fired: list[str] = []
+    results = []
+    for item in items:
+        item, stops = cut(item)
+        fired += stops
+        results.append(item)
+    return results, fired
 
 
 def _error(message: str, code: str) -> dict[str, Any]:
@@ -423,13 +437,7 @@ class LlamaCpp(Family):
         self, response: Any, automaton: StopAutomaton, include_stop: bool
     ) -> tuple[Any, list[str]]:
         if isinstance(response, list):
-            fired: list[str] = []
-            results = []
-            for item in response:
-                item, stops = self.cut_whole(item, automaton, include_stop)
-                fired += stops
-                results.append(item)
-            return results, fired
+            return _cut_each(response, lambda item: self.cut_whole(item, automaton, include_stop))
         if not isinstance(response, dict):
             return response, []
         cut = _cut_text(response.get("content"), automaton, include_stop)
@@ -504,13 +512,7 @@ class TGI(Family):
         self, response: Any, automaton: StopAutomaton, include_stop: bool
     ) -> tuple[Any, list[str]]:
         if isinstance(response, list):
-            fired: list[str] = []
-            results = []
-            for item in response:
-                item, stops = self.cut_whole(item, automaton, include_stop)
-                fired += stops
-                results.append(item)
-            return results, fired
+            return _cut_each(response, lambda item: self.cut_whole(item, automaton, include_stop))
         if not isinstance(response, dict):
             return response, []
         cut = _cut_text(response.get("generated_text"), automaton, include_stop)

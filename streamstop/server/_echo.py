@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from .._pieces import token_pieces
 from .._sse import encode_event as _sse
 from ._asgi import (
     BodyTooLarge,
@@ -42,7 +43,6 @@ from ._request import parse_n
 
 __all__ = ["EchoModel", "echo_pieces"]
 
-_PIECE_SIZES = (3, 2, 4, 5, 3, 2, 4)
 # What one request may ask of the echo model. Its work is n x the prompts' length: unbounded,
 # 128 copies of 1,000 prompts of a 8 MiB body stalled the server for 45 s and took 5.6 GB.
 _MAX_BODY = 8 * 1024 * 1024
@@ -72,15 +72,7 @@ def echo_pieces(text: str, phase: int = 0) -> list[str]:
     >>> "".join(echo_pieces("Hello, world!", phase=1)) == "Hello, world!"
     True
     """
-    pieces = []
-    position = 0
-    index = phase
-    while position < len(text):
-        size = _PIECE_SIZES[index % len(_PIECE_SIZES)]
-        pieces.append(text[position : position + size])
-        position += size
-        index += 1
-    return pieces
+    return token_pieces(text, phase)
 
 
 @dataclass(frozen=True, slots=True)

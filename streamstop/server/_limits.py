@@ -45,11 +45,16 @@ class RequestLimits:
         metadata={"help": "bytes in a request body (413 beyond it)"},
     )
     # Embeddings of a batch or a long model list are whole responses of several MB: the proxy
-    # holds them (to turn a truncated one into a 502), but parses them only up to
-    # max_body_bytes, so a bigger one costs memory, not loop time.
+    # holds them (to turn a truncated one into a 502) but parses them only up to
+    # max_body_bytes, so a bigger one costs memory, not loop time; the middleware holds JSON
+    # ones to cut them (parsed in a worker thread). A compressed body counts inflated: a gzip
+    # bomb stops here.
     max_response_bytes: int = field(
         default=64 * 1024 * 1024,
-        metadata={"help": "bytes in a whole (not streamed) upstream response (502 beyond it)"},
+        metadata={
+            "help": "bytes in a whole (not streamed) response held, and in the inflated size of"
+            " a compressed one (502, or an error event in a stream, beyond it)"
+        },
     )
     max_json_depth: int = field(
         default=64,

@@ -14,8 +14,14 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   none, still works; the body is then re-encoded and ``content-length`` fixed. The app receives
   the body once, then waits. On a filtered request the app is asked for an uncompressed
   response (``accept-encoding: identity``): compression belongs outside this middleware. A
-  2xx body the app compresses anyway with gzip or deflate is inflated (the app is trusted:
-  no bound on the ratio), and sent uncompressed; other encodings pass untouched.
+  2xx body the app compresses anyway with gzip or deflate is inflated piece by piece (never
+  more than ``INFLATE_PIECE`` bytes at once, so a gzip bomb never materialises), and sent
+  uncompressed; other encodings pass untouched.
+- Memory stays bounded whatever the app sends: a JSON body held whole, and the inflated size
+  of a compressed body, are capped by ``RequestLimits.max_response_bytes``. Over it: a 502 in
+  the OpenAI error shape (``code: "response_too_large"``) for a body not yet started, an error
+  event and a clean end (held text dropped) for a stream, and the app is cancelled. (A
+  compressed body passed through unfiltered is cut off at the limit: its head is out.)
 - The response decides the filter: ``text/event-stream``, or any type but ``application/json``
   when the request asked for ``stream: true``, goes through an
   :class:`~streamstop.chat.SSEFilter` as it arrives (lines and events capped by the limits);
@@ -39,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,9 +63,12 @@ from ._asgi import (
     Receive,
     Scope,
     Send,
+    error_payload,
     header,
     read_body_or_413,
+    send_error,
 )
+from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import (
@@ -81,7 +89,6 @@ DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
 DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
 
 _PASS, _SSE, _JSON = "pass", "sse", "json"
-_INFLATABLE = frozenset({b"gzip", b"x-gzip", b"deflate"})
 
 
 # json.loads runs at roughly 100-300 MB/s: 256 KiB is about 1-3 ms on the loop; larger bodies
@@ -114,6 +121,9 @@ def _expected_choices(request: dict[str, Any]) -> int | None:
     if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
         return n * len(prompt)
     return n
+
+
+_TOO_LARGE = "response_too_large"
 
 
 def _with_content_length(
@@ -355,10 +365,11 @@ class _Exchange:
         self._send = send
         self._mode = _PASS
         # Inflates a body the app compressed although asked not to (gzip or deflate).
-        self._inflate: Any = None
+        self._inflate: Inflater | None = None
         self._sse: SSEFilter | FamilyStream | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
+        self._json_size = 0
         self._started = False
         self._complete = False  # the response has been sent whole
         self._disconnected = anyio.Event()
@@ -417,16 +428,57 @@ class _Exchange:
         elif kind == "http.response.body" and self._mode == _SSE:
             await self._on_sse_body(message)
         elif kind == "http.response.body" and self._mode == _JSON:
-            self._json_parts.append(self._inflated(message))
+            try:
+                self._hold_json(message)
+            except ResponseTooLarge as error:
+                await self._refuse_too_large(error)
+                return
             if not message.get("more_body", False):
                 await self._send_json_response()
+        elif kind == "http.response.body" and self._inflate is not None:
+            await self._on_inflated_body(message)
         else:
-            if kind == "http.response.body":
-                if self._inflate is not None:
-                    message = {**message, "body": self._inflated(message)}
-                if not message.get("more_body", False):
-                    self._complete = True
+            if kind == "http.response.body" and not message.get("more_body", False):
+                self._complete = True
             await self._downstream(message)
+
+    def _hold_json(self, message: Message) -> None:
+        limit = self._limits.max_response_bytes
+        for piece in self._inflated(message):
+            self._json_size += len(piece)
+            if self._json_size > limit:
+                self._json_parts = []
+                raise ResponseTooLarge(limit)
+            self._json_parts.append(piece)
+
+    async def _refuse_too_large(self, error: ResponseTooLarge) -> None:
+        """A 502 instead of a held body over the limit; the app is stopped."""
+        self._start = None
+        if self._record is not None:
+            self._record.upstream_error = "too_large"
+        self._complete = True
+        await send_error(self._downstream, 502, str(error), type="server_error", code=_TOO_LARGE)
+        self._app_scope.cancel()
+        await anyio.lowlevel.checkpoint()
+
+    async def _on_inflated_body(self, message: Message) -> None:
+        """A compressed body passed through: sent as it is inflated, cut off at the limit."""
+        more = bool(message.get("more_body", False))
+        try:
+            for piece in self._inflated(message):
+                if piece:
+                    await self._downstream(
+                        {"type": "http.response.body", "body": piece, "more_body": True}
+                    )
+        except ResponseTooLarge:
+            if self._record is not None:
+                self._record.upstream_error = "too_large"
+            more = False
+            self._app_scope.cancel()
+        if not more:
+            self._complete = True
+            await self._downstream({"type": "http.response.body", "body": b"", "more_body": False})
+        await anyio.lowlevel.checkpoint()
 
     async def _on_start(self, message: Message) -> None:
         self._started = True
@@ -434,9 +486,9 @@ class _Exchange:
         content_type = (header(headers, b"content-type") or b"").lower()
         encoding = (header(headers, b"content-encoding") or b"identity").lower()
         status = int(message["status"])
-        if encoding in _INFLATABLE and 200 <= status < 300:
+        if encoding in INFLATABLE and 200 <= status < 300:
             # Asked for identity, the app compressed anyway: the text must be read to be cut.
-            self._inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # gzip or zlib
+            self._inflate = Inflater(self._limits.max_response_bytes)
             headers = [(key, value) for key, value in headers if key.lower() != b"content-encoding"]
             message = {**message, "headers": _with_content_length(headers, None)}
             encoding = b"identity"
@@ -480,7 +532,10 @@ class _Exchange:
 
     async def _on_sse_body(self, message: Message) -> None:
         assert self._sse is not None
-        data = self._sse.feed(self._inflated(message))
+        if self._inflate is None:
+            data = self._sse.feed(message.get("body", b""))
+        else:
+            data = await self._feed_inflated(self._sse, message)
         if self._sse.done:
             self._observe_stream(self._sse)
         if not message.get("more_body", False):
@@ -496,15 +551,35 @@ class _Exchange:
         elif data:
             await self._downstream({"type": "http.response.body", "body": data, "more_body": True})
 
-    def _inflated(self, message: Message) -> bytes:
-        """The body of ``message``, inflated if the app compressed it."""
+    async def _feed_inflated(self, sse: SSEFilter | FamilyStream, message: Message) -> bytes:
+        """Feed the inflated pieces of ``message`` to ``sse``, sending what comes out of all
+        but the last; over the limit the stream ends in error. Returns what is left to send."""
+        data = b""
+        try:
+            for piece in self._inflated(message):
+                if data:
+                    await self._downstream(
+                        {"type": "http.response.body", "body": data, "more_body": True}
+                    )
+                data = sse.feed(piece)
+                if sse.done:
+                    break
+        except ResponseTooLarge as error:
+            if self._record is not None:
+                self._record.upstream_error = "too_large"
+            if self._family is None:
+                payload = error_payload(str(error), type="server_error", code=_TOO_LARGE)
+            else:
+                payload = self._family.error_payload(str(error), _TOO_LARGE)
+            data += sse.fail(payload)
+        return data
+
+    def _inflated(self, message: Message) -> Iterable[bytes]:
+        """The body of ``message`` in pieces, inflated if the app compressed it."""
         body: bytes = message.get("body", b"")
         if self._inflate is None:
-            return body
-        body = self._inflate.decompress(body)
-        if not message.get("more_body", False):
-            body += self._inflate.flush()
-        return body
+            return (body,)
+        return self._inflate.pieces(body, final=not message.get("more_body", False))
 
     def _observe_stream(self, sse: SSEFilter | FamilyStream) -> None:
         record = self._record

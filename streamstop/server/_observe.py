@@ -36,6 +36,7 @@ from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, s
 from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
 from ._record import RECORD_KEY, RequestRecord
+from ._request import describe
 
 if TYPE_CHECKING:
     import httpx
@@ -83,11 +84,6 @@ def route_label(path: str) -> str:
     if path.startswith("/v1/models/") and "/" not in path[len("/v1/models/") :]:
         return "/v1/models/{model}"
     return "other"
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Readiness(Protocol):
@@ -405,7 +401,7 @@ def access_line(
         "status": status,
         "model": None if record.model is None else record.model[:200],
         "stops": record.stops,
-        "stop_fired": None if record.stop_fired is None else _short(record.stop_fired),
+        "stop_fired": None if record.stop_fired is None else describe(record.stop_fired),
         "choices_cut": record.choices_cut,
         "upstream_error": record.upstream_error,
         "client_closed": disconnected,

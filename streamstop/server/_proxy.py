@@ -24,6 +24,11 @@ backend gets stops of any number, cut without leaks. Rules:
 - An NDJSON stream (``application/x-ndjson``: Ollama's) is forwarded line by line, whole
   lines only; a fault ends it with a line ``{"error": ...}``. On an SSE path of another family
   the fault event is that family's (Anthropic's: ``event: error``, ``"type": "error"``).
+- A body the upstream compresses with gzip or deflate (although asked for identity) is inflated
+  here piece by piece (:mod:`._inflate`: httpx would inflate each read whole, ~1000 times its
+  size for a bomb), its inflated total bounded by ``RequestLimits.max_response_bytes``: a
+  stream over it ends with an error event (``code``: ``response_too_large``). Other encodings
+  are decoded by httpx. Sizes are always counted decoded.
 - Any other response is read whole first (up to ``RequestLimits.max_response_bytes``): a body
   that breaks off, or a JSON body (up to ``max_body_bytes``) that does not parse, is a 502, a
   timeout a 504, both OpenAI-shaped.
@@ -44,7 +49,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+import zlib
+from collections.abc import AsyncGenerator, Iterable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
@@ -65,6 +72,7 @@ from ._asgi import (
     send_json,
     serve_lifespan,
 )
+from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import InvalidRequest, describe, send_invalid
@@ -414,7 +422,7 @@ class _Exchange:
             for key, value in raw_headers
             if key.lower() not in _RESPONSE_DROP
             and key.lower() != b"content-length"
-            # aiter_bytes() decodes: the encoding of the body changes.
+            # The body is relayed decoded (_decoded): its encoding changes.
             and not (encoded and key.lower() == b"content-encoding")
         ]
         ndjson = self._family is not None and self._family.framing == "ndjson"
@@ -438,6 +446,25 @@ class _Exchange:
             )
         return _asks_for_stream(self._body, self._family, self._path)
 
+    async def _decoded(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
+        """The body, decoded: gzip and deflate inflated here (bounded), the rest by httpx."""
+        import httpx
+
+        encoding = (header(response.headers.raw, b"content-encoding") or b"identity").lower()
+        if encoding not in INFLATABLE:
+            async for piece in response.aiter_bytes():
+                yield piece
+            return
+        inflater = Inflater(self._proxy.limits.max_response_bytes)
+        try:
+            async for raw in response.aiter_raw():
+                for piece in inflater.pieces(raw, final=False):
+                    yield piece
+            for piece in inflater.pieces(b"", final=True):
+                yield piece
+        except zlib.error as error:
+            raise httpx.DecodingError(f"corrupt {encoding.decode()} body: {error}") from error
+
     async def _read(self, response: httpx.Response) -> bytes | None:
         """The whole body, or ``None`` (the fault recorded) if it broke off or was too large."""
         import httpx
@@ -446,12 +473,16 @@ class _Exchange:
         parts: list[bytes] = []
         size = 0
         try:
-            async for piece in response.aiter_bytes():
-                size += len(piece)
-                if size > limit:
-                    self._fault("too_large")
-                    return None
-                parts.append(piece)
+            async with aclosing(self._decoded(response)) as pieces:
+                async for piece in pieces:
+                    size += len(piece)
+                    if size > limit:
+                        self._fault("too_large")
+                        return None
+                    parts.append(piece)
+        except ResponseTooLarge:
+            self._fault("too_large")
+            return None
         except httpx.TimeoutException:
             self._fault("timeout")
             return None
@@ -513,24 +544,15 @@ class _Exchange:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         tail = b""
         try:
-            async for piece in response.aiter_bytes():
-                out = splitter.feed(piece)
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-        except SSEFrameTooLarge as error:
-            self._fault("too_large")
-            tail = self._error_frame(f"The upstream sent {error}.", "upstream_event_too_large")
-        except httpx.TimeoutException as error:
-            self._fault("timeout")
-            tail = self._error_frame(
-                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
-            )
-        except httpx.HTTPError as error:
-            self._fault("broken")
-            tail = self._error_frame(
-                f"The upstream stream broke off: {type(error).__name__}.",
-                "upstream_broken",
-            )
+            async with aclosing(self._decoded(response)) as pieces:
+                async for piece in pieces:
+                    out = splitter.feed(piece)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
+            kind, message, code = _stream_fault(error)
+            self._fault(kind)
+            tail = self._error_frame(message, code)
         else:
             pending = splitter.pending
             if pending.strip(b"\r\n"):
@@ -568,27 +590,18 @@ class _Exchange:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         tail = b""
         try:
-            async for piece in response.aiter_bytes():
-                lines = decoder.feed(piece)
-                if lines:
-                    out = b"\n".join(lines) + b"\n"
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-        except SSEFrameTooLarge as error:
-            self._fault("too_large")
+            async with aclosing(self._decoded(response)) as pieces:
+                async for piece in pieces:
+                    lines = decoder.feed(piece)
+                    if lines:
+                        out = b"\n".join(lines) + b"\n"
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
+            kind, message, code = _stream_fault(error)
+            self._fault(kind)
+            # The whole lines read with the one over its limit still go out.
             lines = error.lines if isinstance(error, LineTooLarge) else []
-            tail = b"".join(line + b"\n" for line in lines) + self._error_line(
-                f"The upstream sent {error}.", "upstream_event_too_large"
-            )
-        except httpx.TimeoutException as error:
-            self._fault("timeout")
-            tail = self._error_line(
-                f"The upstream stream stalled: {type(error).__name__}.", "upstream_timeout"
-            )
-        except httpx.HTTPError as error:
-            self._fault("broken")
-            tail = self._error_line(
-                f"The upstream stream broke off: {type(error).__name__}.", "upstream_broken"
-            )
+            tail = b"".join(line + b"\n" for line in lines) + self._error_line(message, code)
         else:
             last = decoder.flush()
             if last is not None:
@@ -600,6 +613,23 @@ class _Exchange:
                         "The upstream stream ended in the middle of a line.", "upstream_truncated"
                     )
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _stream_fault(
+    error: SSEFrameTooLarge | ResponseTooLarge | httpx.HTTPError,
+) -> tuple[str, str, str]:
+    """How a stream the upstream failed ends, the same for events and lines: the fault's kind
+    (for the record), the error's message and its code."""
+    import httpx
+
+    if isinstance(error, SSEFrameTooLarge):
+        return "too_large", f"The upstream sent {error}.", "upstream_event_too_large"
+    if isinstance(error, ResponseTooLarge):
+        return "too_large", str(error), "response_too_large"
+    name = type(error).__name__
+    if isinstance(error, httpx.TimeoutException):
+        return "timeout", f"The upstream stream stalled: {name}.", "upstream_timeout"
+    return "broken", f"The upstream stream broke off: {name}.", "upstream_broken"
 
 
 def _parses(body: bytes) -> bool:

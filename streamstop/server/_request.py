@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any
 
+from .._chunks import is_choice_count
 from ._asgi import Send, send_error
 from ._limits import RequestLimits
 
@@ -204,7 +205,7 @@ def parse_n(request: dict[str, Any], maximum: int | None = None) -> int:
     n = request.get("n")
     if n is None:
         return 1
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or (maximum and n > maximum):
+    if not is_choice_count(n) or (maximum and n > maximum):
         bound = f"from 1 to {maximum}" if maximum else "of at least 1"
         raise InvalidRequest(
             400, f"Invalid 'n': expected an integer {bound}, got {describe(n)}.", param="n"

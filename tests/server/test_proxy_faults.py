@@ -5,9 +5,13 @@ is whole, OpenAI-shaped, and never holds the start of a stop. Expected bytes are
 from __future__ import annotations
 
 import json
+import tracemalloc
+import zlib
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 
 import anyio
+import httpx
 import pytest
 from anyio.abc import SocketStream
 
@@ -342,3 +346,73 @@ async def test_hostile_targets_through_uvicorn_get_an_openai_shaped_400(
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
     assert json.loads(body)["error"]["code"] == "invalid_path"
+
+
+# -- compressed bodies: bounded after inflating (issue 10, "memory stays bounded") -------------
+
+BOMB_LIMIT = 1024 * 1024
+BOMB_ERROR = (
+    b'"message":"The response is larger than the limit max_response_bytes=1048576 bytes.",'
+    b'"type":"server_error","param":null,"code":"response_too_large"}}\n\n'
+)
+
+
+def gzip_bomb(head: bytes, filler: bytes, size: int) -> bytes:
+    """``head`` then ``filler`` repeated to ``size`` bytes, gzipped: ~1000 times smaller."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [compressor.compress(head)]
+    parts += [compressor.compress(filler) for _ in range(size // len(filler))]
+    return b"".join(parts) + compressor.flush()
+
+
+def gzipped_response(content_type: bytes, body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type + b"\r\ncontent-encoding: gzip\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+    ) + body
+
+
+async def _peak_of(answer: bytes, request: Mapping[str, object]) -> tuple[int, httpx.Response, int]:
+    """The proxy's answer to ``request`` when the upstream sends ``answer``, the peak of memory
+    allocated meanwhile and the upstream error recorded."""
+    limits = RequestLimits(max_response_bytes=BOMB_LIMIT)
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url, limits=limits) as (client, app),
+    ):
+        tracemalloc.start()
+        try:
+            response = await client.post("/chat/completions", json=request)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert app.record.upstream_error == "too_large"
+    return peak, response, len(answer)
+
+
+@pytest.mark.asyncio
+async def test_a_gzip_bomb_as_a_whole_body_is_a_502_and_never_materialises() -> None:
+    bomb = gzip_bomb(b'{"choices":[{"index":0,"message":{"content":"', b"0" * 65536, 10 << 20)
+    peak, response, size = await _peak_of(gzipped_response(b"application/json", bomb), WHOLE)
+    assert size < 100_000  # 10 MB inflated
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_bad_response"
+    # httpx alone would inflate the whole bomb in one read: 10 MB.
+    assert peak < 4 * BOMB_LIMIT
+
+
+@pytest.mark.asyncio
+async def test_a_streamed_gzip_bomb_ends_with_an_error_event_and_never_materialises() -> None:
+    comment = b": " + b"x" * 1021 + b"\n\n"
+    bomb = gzip_bomb(event("partial <"), comment, 10 << 20)
+    peak, response, size = await _peak_of(gzipped_response(b"text/event-stream", bomb), STREAM)
+    assert size < 100_000
+    assert response.status_code == 200
+    body = response.content
+    assert body.startswith(PARTIAL)
+    assert body.endswith(b'data: {"error":{' + BOMB_ERROR)
+    comments = body[len(PARTIAL) : -len(b'data: {"error":{' + BOMB_ERROR)]
+    assert comments == comment * (len(comments) // len(comment))  # whole events only
+    assert BOMB_LIMIT // 2 < len(comments) <= BOMB_LIMIT
+    assert b"<" not in body  # the held "<" never got out
+    assert peak < 4 * BOMB_LIMIT
