@@ -16,7 +16,10 @@ The outermost layer of ``streamstop serve`` and ``proxy``. Rules:
 - Labels are bounded: a route is one of the known paths or ``"other"``; an upstream error is one
   of the record's kinds or ``"other"``. A client choosing paths cannot create series.
 - A response that never started because the client left is counted with status 499 (nginx's
-  "client closed request"); one the app failed before starting, 500 (what uvicorn sends).
+  "client closed request"). An app that fails before its response starts gets the client an
+  OpenAI-shaped 500 (code ``internal_error``, the request id in the message), and the
+  traceback goes to the ``streamstop.server`` logger; once it has started, the connection
+  is ended.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
 from ._record import RECORD_KEY, RequestRecord
 from ._request import describe
+
+_ERRORS = logging.getLogger("streamstop.server")
 
 if TYPE_CHECKING:
     import httpx
@@ -343,6 +348,19 @@ class Observed:
             metrics.active_requests.inc()
         try:
             await handler(scope, observed_receive, observed_send)
+        except Exception:
+            if status is not None or disconnected:
+                raise  # the response began, or nobody listens: the server ends the connection
+            # A fault inside the server: the client gets the OpenAI shape, never uvicorn's
+            # plain-text 500; the traceback goes to the log, with the request id to find it.
+            _ERRORS.exception("request %s failed before its response began", record.request_id)
+            await send_error(
+                observed_send,
+                500,
+                f"The server failed on this request (request id {record.request_id}).",
+                type="server_error",
+                code="internal_error",
+            )
         finally:
             end = self._clock()
             if metrics is not None:

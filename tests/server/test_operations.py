@@ -232,6 +232,34 @@ async def test_request_ids_are_taken_only_when_safe(case: str) -> None:
         assert len(response.headers["x-request-id"]) == 32
 
 
+class Failing:
+    """An app with a bug: it raises before it starts a response."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raise KeyError("a bug")
+
+
+async def test_a_failing_app_gives_an_openai_shaped_500(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="streamstop.server"):
+        async with client(Observed(Failing())) as http:
+            response = await http.post(
+                "/v1/chat/completions", json={}, headers={"x-request-id": "req-1"}
+            )
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {
+        "error": {
+            "message": "The server failed on this request (request id req-1).",
+            "type": "server_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
+    assert [r.getMessage() for r in caplog.records if r.name == "streamstop.server"] == [
+        "request req-1 failed before its response began"
+    ]
+
+
 async def test_route_labels_are_bounded() -> None:
     app = Observed(Inner())
     async with client(app) as http:
