@@ -1,7 +1,8 @@
 """Benchmark: the server against hostile requests and faulty upstreams.
 
-    python benchmarks/hostile.py            # full run, about a minute; writes benchmarks/results/
-    python benchmarks/hostile.py --quick    # smoke run, smaller inputs; writes to a temp folder
+    python benchmarks/hostile.py --write    # full run, a few minutes; writes benchmarks/results/
+    python benchmarks/hostile.py            # the same, into a temporary folder (printed)
+    python benchmarks/hostile.py --quick    # smoke run, smaller inputs, into a temporary folder
 
 Reports, for hostile stop sets and bodies at the default ``RequestLimits``:
 - build time and peak memory (tracemalloc) of the automaton, and the longest event-loop stall
@@ -386,7 +387,7 @@ def write(results: dict[str, Any], out: Path) -> None:
     stall = results["body_stall"]
     report = f"""# Hostile requests and faulty upstreams
 
-`python benchmarks/hostile.py` (Python {results["python"]}, {results["machine"]}, 2 shared
+`python benchmarks/hostile.py --write` (Python {results["python"]}, {results["machine"]}, 2 shared
 cores: timings are noisy, compare the columns of one run). Default `RequestLimits`:
 {", ".join(f"{k}={v}" for k, v in results["limits"].items())}.
 
@@ -425,7 +426,13 @@ mislabeled streams have `SECRET` after the stop. `leaked`: any of it reached the
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smaller inputs, a smoke run")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/results/")
+    parser.add_argument("--out", type=Path, help="write the report and JSON into this folder")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp()) if args.quick else Path(__file__).parent / "results"
+    # Only an explicit --write or --out touches tracked results.
+    folder = args.out or (Path(__file__).parent / "results" if args.write else None)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="hostile-"))
     write(anyio.run(measure, args.quick), folder)
+    print(f"wrote {folder / 'hostile.md'}")

@@ -26,14 +26,17 @@ other tokens), with ours and with a stitcher that uses the naive overlap. Timing
 3 runs. Prints a table, writes it to benchmarks/results/ragstitch_overlap.md and plots
 benchmarks/results/ragstitch_overlap.png.
 
-Run: python benchmarks/ragstitch_overlap.py (about 20 seconds).
+Run: python benchmarks/ragstitch_overlap.py --write (about 20 seconds; without --write or --out
+it writes into a temporary folder).
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -148,7 +151,7 @@ def fmt(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def main() -> None:
+def main(out: Path) -> None:
     started = time.perf_counter()
     text, source = corpus_tokens()
     timings: dict[tuple[str, str], list[float]] = {}
@@ -198,7 +201,7 @@ def main() -> None:
         "# ragstitch: overlap and stitch timings",
         "",
         f"{machine}; typical text: {source}. Best of {REPEATS}; produced by "
-        "`python benchmarks/ragstitch_overlap.py`.",
+        "`python benchmarks/ragstitch_overlap.py --write`.",
         "",
         "## overlap(left, right), chunks of m tokens",
         "",
@@ -209,12 +212,12 @@ def main() -> None:
         *markdown_table(stitch_header, stitch_rows),
         "",
     ]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ragstitch_overlap.md").write_text("\n".join(lines), encoding="utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ragstitch_overlap.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
-    plot(timings)
+    plot(timings, out)
     elapsed = time.perf_counter() - started
-    print(f"wrote {RESULTS / 'ragstitch_overlap.md'} and .png in {elapsed:.0f} s")
+    print(f"wrote {out / 'ragstitch_overlap.md'} and .png in {elapsed:.0f} s")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -228,7 +231,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
-def plot(timings: dict[tuple[str, str], list[float]]) -> None:
+def plot(timings: dict[tuple[str, str], list[float]], out: Path) -> None:
     inputs = ["typical", "one token repeated", "mismatch in the middle"]
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
     styles = {"ours": "o-", "naive": "s--", "kmp": "^:"}
@@ -245,9 +248,14 @@ def plot(timings: dict[tuple[str, str], list[float]]) -> None:
     axes[0].legend()
     figure.suptitle("ragstitch.overlap vs naive (every length) and pure-Python KMP")
     figure.tight_layout()
-    figure.savefig(RESULTS / "ragstitch_overlap.png", dpi=110)
+    figure.savefig(out / "ragstitch_overlap.png", dpi=110)
     plt.close(figure)
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="write benchmarks/results/")
+    parser.add_argument("--out", type=Path, help="write the table and plot into this folder")
+    args = parser.parse_args()
+    # Only an explicit --write or --out touches tracked results.
+    main(args.out or (RESULTS if args.write else Path(tempfile.mkdtemp(prefix="ragstitch-"))))

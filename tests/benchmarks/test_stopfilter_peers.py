@@ -200,20 +200,6 @@ def test_the_ac_peer_with_prefixes_holds_in_one_scan() -> None:
     assert peer.flush() == ""
 
 
-def test_help_writes_nothing(tmp_path: Path) -> None:
-    results = BENCHMARKS / "results"
-    before = {p: p.stat().st_mtime_ns for p in results.iterdir()}
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0
-    assert "--write" in done.stdout
-    assert {p: p.stat().st_mtime_ns for p in results.iterdir()} == before
-
-
 def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--quick", "--out", str(tmp_path)],
