@@ -338,7 +338,7 @@ class _OllamaBase(Family):
         # Ollama's shape: its client raises ResponseError(error) for a string.
         return {"error": message}
 
-    def _cut_one(
+    def cut_whole(
         self, response: Any, automaton: StopAutomaton, include_stop: bool
     ) -> tuple[Any, list[str]]:
         if not isinstance(response, dict):
@@ -350,11 +350,6 @@ class _OllamaBase(Family):
         if cut is None:
             return response, []
         return {**self.with_text(response, cut[0]), "done_reason": "stop"}, [cut[1]]
-
-    def cut_whole(
-        self, response: Any, automaton: StopAutomaton, include_stop: bool
-    ) -> tuple[Any, list[str]]:
-        return self._cut_one(response, automaton, include_stop)
 
 
 class OllamaChat(_OllamaBase):
