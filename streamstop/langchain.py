@@ -37,6 +37,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._lifecycle import aclose_source, close_source
 
 __all__ = ["StopRunnable", "with_stops"]
 
@@ -167,9 +168,7 @@ class StopRunnable(Runnable[Any, Any]):
             if tail is not None:
                 yield tail
         finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()  # the model stops generating
+            close_source(source)  # the model stops generating
 
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any | None
@@ -187,9 +186,7 @@ class StopRunnable(Runnable[Any, Any]):
             if tail is not None:
                 yield tail
         finally:
-            aclose = getattr(source, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await aclose_source(source)  # shielded: it finishes even when we are cancelled
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return _aggregate(list(self.stream(input, config, **kwargs)))
