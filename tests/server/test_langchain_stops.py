@@ -7,10 +7,12 @@ import doctest
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import pytest
 from langchain_core.language_models.fake_chat_models import (
     FakeListChatModel,
@@ -18,9 +20,9 @@ from langchain_core.language_models.fake_chat_models import (
 )
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 import streamstop.langchain
 from streamstop.langchain import StopRunnable, with_stops
@@ -38,10 +40,16 @@ def anyio_backend() -> str:
 
 
 class CountingModel(GenericFakeChatModel):
-    """Streams its message word by word, then ``more`` forever; counts what was pulled."""
+    """Streams its message word by word, then ``more`` forever; counts what was pulled.
+
+    ``closed_event`` is set when the stream is closed, in whatever thread closes it: on
+    ``astream`` LangChain runs this sync ``_stream`` in a worker thread, and the generator is
+    closed where its last reference goes, sometimes that worker's, a moment after the wrapper
+    returned."""
 
     pulled: int = 0
     closed: bool = False
+    closed_event: threading.Event = Field(default_factory=threading.Event)
 
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         try:
@@ -53,6 +61,7 @@ class CountingModel(GenericFakeChatModel):
                 yield ChatGenerationChunk(message=AIMessageChunk(content=" more"))
         finally:
             self.closed = True
+            self.closed_event.set()
 
 
 def _model(text: str) -> CountingModel:
@@ -99,10 +108,44 @@ async def test_astream_ainvoke_abatch() -> None:
     wrapped = with_stops(model, STOPS, include_stop=True)
     chunks = [chunk async for chunk in wrapped.astream("q")]
     assert "".join(str(c.content) for c in chunks) == "alpha beta Observation:"
-    assert model.closed
+    assert model.pulled == 5  # "alpha", " ", "beta", " ", "Observation:": nothing after it
+    # Closed by LangChain's worker thread or by this one (see CountingModel): wait for it.
+    assert await anyio.to_thread.run_sync(model.closed_event.wait, 10.0)
     listed = with_stops(FakeListChatModel(responses=["x STOP y", "z"]), STOPS)
     assert (await listed.ainvoke("q")).content == "x "
     assert sorted(str(m.content) for m in await listed.abatch(["1", "2"])) == ["x ", "z"]
+
+
+class WordsRunnable(Runnable[Any, str]):
+    """Streams ``words`` from an async generator of its own: what the wrapper closes is the
+    generator itself, with no LangChain layer (and no worker thread) in between."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+        self.pulled = 0
+        self.closed = False
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> str:
+        return "".join(self.words)
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any | None
+    ) -> AsyncIterator[str]:
+        try:
+            for word in self.words:
+                self.pulled += 1
+                yield word
+        finally:
+            self.closed = True
+
+
+@pytest.mark.anyio
+async def test_astream_closes_its_source_before_it_returns() -> None:
+    source = WordsRunnable(["a", "bE", "ND", "c", "d"])
+    pieces = [piece async for piece in with_stops(source, ["END"]).astream("q")]
+    assert pieces == ["a", "b", ""]  # "ND" completes the stop: its chunk comes out empty
+    assert source.closed
+    assert source.pulled == 3
 
 
 def test_string_runnables_and_stop_keyword() -> None:
