@@ -17,7 +17,8 @@ a connection (a model generating, an HTTP response). Its rules, the same sync an
 Closing skips what has nothing left to close: a generator that has run to its end (or was
 closed), and the wrapper's own generator while it runs (the close comes from its ``finally``).
 When nothing is left, no cancel scope is entered: at the end of a stream over an async
-generator, the common case, that is most of what a stream's close costs (about 10 µs).
+generator, the common case, that is most of what a stream's close costs (a shielded scope costs
+about 4 µs on asyncio and 9 µs on trio, anyio 4.16).
 
 A subclass writes only its loop, ``_iterate``, in this shape::
 
