@@ -406,6 +406,24 @@ def test_sync_the_iterator_is_closed_then_the_source(wrapper: Wrapper, early: bo
     assert log == ["iterator", "source"]
 
 
+@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS))
+def test_sync_a_generator_source_is_finished_on_every_exit(wrapper: Wrapper) -> None:
+    finished: list[bool] = []
+
+    def generate() -> Iterator[Any]:
+        try:
+            yield from wrapper.items
+        finally:
+            finished.append(True)
+
+    stream = wrapper.make(generate())
+    assert len(list(stream)) == len(wrapper.items)
+    with wrapper.make(generate()) as early:
+        for _ in early:
+            break
+    assert (finished, stream.closed, early.closed) == ([True, True], True, True)
+
+
 # ragstitch's astitch is a loop, not an iterator: the cases that apply to a loop.
 
 TOKENS = [["a", "b"], ["c", "d"], ["e", "f"]]
