@@ -79,11 +79,10 @@ def _closers(objects: tuple[object, ...], name: str) -> list[Callable[[], object
     do nothing, and knowing it spares the async close its cancel scope."""
     closers = []
     for obj in objects:
-        kind = type(obj)
         if (
             obj is None
-            or (kind is AsyncGeneratorType and obj.ag_frame is None)  # type: ignore[attr-defined]
-            or (kind is GeneratorType and obj.gi_frame is None)  # type: ignore[attr-defined]
+            or (isinstance(obj, AsyncGeneratorType) and obj.ag_frame is None)
+            or (isinstance(obj, GeneratorType) and obj.gi_frame is None)
         ):
             continue
         close = getattr(obj, name, None)
