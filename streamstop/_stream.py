@@ -1,39 +1,26 @@
 """StopStream and SyncStopStream: loops that pull chunks through a :class:`StopBuffer`.
 
-All matching lives in the buffer. What lives here is the life cycle of the source: once a stop
-completes, the consumer stops early, the consumer is cancelled or the source fails, the source
-is closed (awaiting ``aclose()``), so that the model stops generating. Closing is idempotent.
+All matching lives in the buffer; the life cycle of the source (closed once a stop completes,
+at the end, when the consumer stops early or is cancelled, when the source fails; close once;
+iterate once) is ``_lifecycle``'s, shared with every stream wrapper. What lives here is the
+per-token loop.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
-from types import TracebackType
-from typing import Any
-
-import anyio
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 
 from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._lifecycle import AsyncSourceStream, SyncSourceStream
 
 __all__ = ["StopStream", "SyncStopStream"]
 
 
-def _unfinished(source: object) -> bool:
-    """Whether closing ``source`` could do anything: not for an async generator that has run to
-    its end (the common case, at the end of a stream), which saves a cancel scope a stream."""
-    return not (inspect.isasyncgen(source) and source.ag_frame is None)
+class _Filtered:
+    """What both streams add to their life cycle: the buffer and its verdict."""
 
-
-class _FilteredStream:
-    """What both streams expose: the buffer's verdict and whether the source is closed."""
-
-    def __init__(self, stops: Stops | StopAutomaton, *, include_stop: bool, errors: str) -> None:
-        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
-        # Exhausted: nothing more will be pulled (a stop, the end, an error or a close).
-        self._exhausted = False
-        self._closed = False
+    _buffer: StopBuffer
 
     @property
     def buffer(self) -> StopBuffer:
@@ -54,13 +41,8 @@ class _FilteredStream:
         """Text pulled from the source but not yielded (it might still become a stop)."""
         return self._buffer.held
 
-    @property
-    def closed(self) -> bool:
-        """Whether the source has been closed."""
-        return self._closed
 
-
-class StopStream(_FilteredStream):
+class StopStream(_Filtered, AsyncSourceStream[str]):
     """Async iterator of the filtered text of ``source`` (an async iterable of str or bytes).
 
     Never yields ``""``. After the stream ends, :attr:`stopped` and :attr:`stop_string` say
@@ -73,7 +55,8 @@ class StopStream(_FilteredStream):
     On a stop the final piece is yielded and the source is closed at once, before anything
     else is pulled. ``async with`` (or :meth:`aclose`) closes the source deterministically when
     the consumer leaves early; a bare ``async for`` that breaks closes it when the event loop
-    finalizes the iterator, as with any async generator.
+    finalizes the iterator, as with any async generator. Closing (the source's iterator, then
+    the source: ``aclose()``, or ``close()``, awaited if need be) is shielded and idempotent.
 
     If the source raises, the error propagates and the text held at that moment is not emitted
     (it might have been the start of a stop); it stays readable as :attr:`held`.
@@ -92,43 +75,28 @@ class StopStream(_FilteredStream):
                 f"source must be an async iterable of str or bytes, got "
                 f"{type(source).__name__}: {source!r}"
             )
-        super().__init__(stops, include_stop=include_stop, errors=errors)
-        self._source = source
-        self._iterator: AsyncIterator[str | bytes] | None = None
-        self._generator: AsyncGenerator[str, None] | None = None
-        self._looped = False
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        # An async generator rather than ``self``: resuming a generator costs less than a new
-        # ``__anext__`` coroutine per token, and an abandoned one is finalized by the event loop
-        # (which then closes the source). Held here, so that ``aclose()`` can finish it. Once,
-        # as every stream wrapper (streamstop._lifecycle): a second loop would silently resume
-        # or find nothing.
-        # (Pieces taken with __anext__ first are part of the same one iteration.)
-        if self._looped:
-            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
-        self._looped = True
-        if self._generator is None:
-            self._generator = self._iterate()
-        return self._generator
+        super().__init__(source)
+        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
         # The per-token path of every stream. Most tokens arrive with nothing held and are known
-        # to pass whole (see StopBuffer.at_root): two C-level calls instead of feed's frame.
-        if self._exhausted:
-            return
+        # to pass whole (see StopBuffer.at_root): one dict lookup instead of feed's frame. That
+        # lookup (hashing a new str, probing the memo) is most of what this loop adds to a bare
+        # pass-through; a local copy of at_root saved only 2-3% and would miss a buffer fed or
+        # flushed from outside the loop, so it is read from the buffer each time.
         buffer = self._buffer
-        feed = buffer.feed
-        # Keyed by str, called with any chunk: one of another type misses (feed then decides).
-        root_step = buffer.automaton.root_step
-        pass_through = PASS_THROUGH
         try:
-            if self._iterator is None:
-                self._iterator = aiter(self._source)
-            async for chunk in self._iterator:
+            iterator = self._open()
+            if iterator is None:
+                return
+            feed = buffer.feed
+            # Keyed by str, called with any chunk: one of another type misses (feed then decides).
+            root_step = buffer.automaton.root_step
+            pass_through = PASS_THROUGH
+            async for chunk in iterator:
                 if buffer.at_root:
                     try:
-                        step = root_step(chunk)  # type: ignore[arg-type]
+                        step = root_step(chunk)
                     except TypeError:  # unhashable: feed() reports it
                         step = None
                     if step is pass_through and type(chunk) is str:
@@ -138,71 +106,29 @@ class StopStream(_FilteredStream):
                         continue
                 piece = feed(chunk)
                 if buffer.stopped:
-                    self._exhausted = True
                     await self.aclose()
                     if piece:
                         yield piece
                     return
                 if piece:
                     yield piece
-            self._exhausted = True
             piece = buffer.flush()
             if piece:
                 yield piece
         finally:
-            self._exhausted = True
             await self.aclose()
 
-    async def __anext__(self) -> str:
-        """The next piece, from the same iterator that ``async for`` uses."""
-        if self._generator is None:
-            self._generator = self._iterate()
-        return await self._generator.__anext__()
 
-    async def aclose(self) -> None:
-        """Close the source (its iterator's ``aclose()``, if it has one). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._exhausted = True
-        closers = []
-        # Our own iterator too (its ``finally`` finds us closed), so that no async generator is
-        # left to the garbage collector (trio warns about those); but not from inside it.
-        generator = self._generator
-        running = getattr(generator, "ag_running", False)
-        if generator is not None and not running and _unfinished(generator):
-            closers.append(generator.aclose)
-        source: object = self._iterator if self._iterator is not None else self._source
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None and _unfinished(source):
-            closers.append(aclose)
-        if closers:
-            # Shielded: closing must finish even when we got here by being cancelled.
-            with anyio.CancelScope(shield=True):
-                for close in closers:
-                    await close()
-
-    async def __aenter__(self) -> StopStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class SyncStopStream(_FilteredStream):
+class SyncStopStream(_Filtered, SyncSourceStream[str]):
     """The synchronous twin of :class:`StopStream`, for plain iterables of str or bytes.
 
     >>> pieces = SyncStopStream(["Hel", "lo</", "s>junk"], "</s>")
     >>> list(pieces), pieces.stop_string
     (['Hel', 'lo'], '</s>')
 
-    The source's ``close()`` (generators have one) is called on a stop, on an error, when the
-    consumer leaves a ``with`` block, and from :meth:`close`.
+    The source's iterator and the source are closed (``close()``, if they have one: generators
+    do) on a stop, at the end, on an error, when the consumer leaves a ``with`` block, and from
+    :meth:`close`.
     """
 
     def __init__(
@@ -218,60 +144,38 @@ class SyncStopStream(_FilteredStream):
                 f"source must be an iterable of str or bytes chunks, got "
                 f"{type(source).__name__}: {source!r}"
             )
-        super().__init__(stops, include_stop=include_stop, errors=errors)
-        self._source = source
-        self._iterator: Iterator[str | bytes] | None = None
-        self._iterated = False
+        super().__init__(source)
+        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
 
-    def __iter__(self) -> SyncStopStream:
-        if self._iterated:
-            raise RuntimeError(f"a {type(self).__name__} can be iterated only once")
-        self._iterated = True
-        return self
-
-    def __next__(self) -> str:
-        if self._exhausted:
-            raise StopIteration
+    def _iterate(self) -> Generator[str, None, None]:
+        # The same loop as StopStream's.
         buffer = self._buffer
         try:
-            if self._iterator is None:
-                self._iterator = iter(self._source)
-            for chunk in self._iterator:
-                piece = buffer.feed(chunk)
-                if buffer._stop_string is not None:
-                    break
+            iterator = self._open()
+            if iterator is None:
+                return
+            feed = buffer.feed
+            root_step = buffer.automaton.root_step
+            pass_through = PASS_THROUGH
+            for chunk in iterator:
+                if buffer.at_root:
+                    try:
+                        step = root_step(chunk)
+                    except TypeError:
+                        step = None
+                    if step is pass_through and type(chunk) is str:
+                        yield chunk
+                        continue
+                piece = feed(chunk)
+                if buffer.stopped:
+                    self.close()
+                    if piece:
+                        yield piece
+                    return
                 if piece:
-                    return piece
-            else:
-                piece = buffer.flush()
-        except BaseException:
-            self._exhausted = True
+                    yield piece
+            piece = buffer.flush()
+            if piece:
+                yield piece
+        finally:
             self.close()
-            raise
-        self._exhausted = True
-        self.close()
-        if piece:
-            return piece
-        raise StopIteration
-
-    def close(self) -> None:
-        """Close the source (its iterator's ``close()``, if it has one). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._exhausted = True
-        closable: Any = self._iterator if self._iterator is not None else self._source
-        close = getattr(closable, "close", None)
-        if close is not None:
-            close()
-
-    def __enter__(self) -> SyncStopStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -5,7 +5,9 @@ The wrappers: ``StopStream`` and ``SyncStopStream`` (streamstop), ``ChunkStream`
 contract (``streamstop._lifecycle``): the source is closed exactly once, whether the stream ends,
 the source raises, the consumer stops early or is cancelled (the close is shielded: the sources
 here await inside ``aclose``, which a cancelled, unshielded close would not finish); closing
-twice is harmless; a stream is iterated once; a stream closed before it starts pulls nothing.
+twice is harmless; a stream is iterated once (``__anext__`` / ``next`` take from that same one
+iteration); a stream closed before it starts pulls nothing; a source whose iterator is another
+object is closed after its iterator; a source with only ``close()`` is closed with it.
 """
 
 from __future__ import annotations
@@ -62,6 +64,46 @@ class Source:
 
     async def aclose(self) -> None:
         await anyio.lowlevel.checkpoint()
+        self.closes += 1
+
+
+class Split:
+    """An async iterable whose iterator is another object; both record their closes in ``log``."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.log: list[str] = []
+        self.iterator = Source(items)
+        self.iterator.aclose = self._close_iterator  # type: ignore[method-assign]
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self.iterator
+
+    async def _close_iterator(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.log.append("iterator")
+
+    async def aclose(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.log.append("source")
+
+
+class CloseOnly:
+    """An async source with a synchronous ``close()`` and no ``aclose()``."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = iter(items)
+        self.closes = 0
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return next(self.items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
         self.closes += 1
 
 
@@ -201,6 +243,71 @@ async def test_closed_before_start_pulls_nothing(wrapper: Wrapper) -> None:
     assert (source.pulled, source.closes, stream.closed) == (0, 1, True)
 
 
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
+async def test_anext_takes_from_the_one_iteration(wrapper: Wrapper) -> None:
+    source = Source(wrapper.items)
+    stream = wrapper.make(source)
+    first = await stream.__anext__()
+    rest = [item async for item in stream]
+    assert [first, *rest] == [item async for item in wrapper.make(Source(wrapper.items))]
+    assert (source.pulled, source.closes, stream.closed) == (len(wrapper.items), 1, True)
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    with pytest.raises(RuntimeError, match=f"a {wrapper.name} can be iterated only once"):
+        aiter(stream)
+
+
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
+async def test_anext_after_close_pulls_nothing(wrapper: Wrapper) -> None:
+    source = Source(wrapper.items)
+    stream = wrapper.make(source)
+    await stream.aclose()
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    assert (source.pulled, source.closes) == (0, 1)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["to the end", "early"])
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
+async def test_the_iterator_is_closed_then_the_source(wrapper: Wrapper, early: bool) -> None:
+    source = Split(wrapper.items)
+    async with wrapper.make(source) as stream:
+        async for _ in stream:
+            if early:
+                break
+    assert source.log == ["iterator", "source"]
+
+
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
+async def test_a_source_with_only_a_sync_close_is_closed_once(wrapper: Wrapper) -> None:
+    source = CloseOnly(wrapper.items)
+    stream = wrapper.make(source)
+    assert len([item async for item in stream]) == len(wrapper.items)
+    await stream.aclose()
+    assert source.closes == 1
+
+
+@pytest.mark.parametrize("wrapper", wrappers(ASYNC_WRAPPERS))
+async def test_an_async_generator_source_is_finished_on_every_exit(wrapper: Wrapper) -> None:
+    # A finished generator is not closed again (nothing would happen); one that was left
+    # suspended is: its ``finally`` runs.
+    finished: list[bool] = []
+
+    async def generate() -> AsyncIterator[Any]:
+        try:
+            for item in wrapper.items:
+                yield item
+        finally:
+            finished.append(True)
+
+    stream = wrapper.make(generate())
+    assert len([item async for item in stream]) == len(wrapper.items)
+    async with wrapper.make(generate()) as early:
+        async for _ in early:
+            break
+    assert (finished, stream.closed, early.closed) == ([True, True], True, True)
+
+
 # Sync wrappers: no cancellation, but an interrupt (a BaseException) closes the source too.
 
 
@@ -261,6 +368,60 @@ def test_sync_closed_before_start_pulls_nothing(wrapper: Wrapper) -> None:
     stream.close()
     assert list(stream) == []
     assert (source.pulled, source.closes, stream.closed) == (0, 1, True)
+
+
+@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS))
+def test_sync_next_takes_from_the_one_iteration(wrapper: Wrapper) -> None:
+    source = SyncSource(wrapper.items)
+    stream = wrapper.make(source)
+    first = next(stream)
+    assert [first, *stream] == list(wrapper.make(SyncSource(wrapper.items)))
+    assert (source.pulled, source.closes, stream.closed) == (len(wrapper.items), 1, True)
+    with pytest.raises(StopIteration):
+        next(stream)
+    with pytest.raises(RuntimeError, match=f"a {wrapper.name} can be iterated only once"):
+        iter(stream)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["to the end", "early"])
+@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS))
+def test_sync_the_iterator_is_closed_then_the_source(wrapper: Wrapper, early: bool) -> None:
+    log: list[str] = []
+
+    class Iterator_(SyncSource):
+        def close(self) -> None:
+            log.append("iterator")
+
+    class Iterable_:
+        def __iter__(self) -> Iterator[Any]:
+            return Iterator_(wrapper.items)
+
+        def close(self) -> None:
+            log.append("source")
+
+    with wrapper.make(Iterable_()) as stream:
+        for _ in stream:
+            if early:
+                break
+    assert log == ["iterator", "source"]
+
+
+@pytest.mark.parametrize("wrapper", wrappers(SYNC_WRAPPERS))
+def test_sync_a_generator_source_is_finished_on_every_exit(wrapper: Wrapper) -> None:
+    finished: list[bool] = []
+
+    def generate() -> Iterator[Any]:
+        try:
+            yield from wrapper.items
+        finally:
+            finished.append(True)
+
+    stream = wrapper.make(generate())
+    assert len(list(stream)) == len(wrapper.items)
+    with wrapper.make(generate()) as early:
+        for _ in early:
+            break
+    assert (finished, stream.closed, early.closed) == ([True, True], True, True)
 
 
 # ragstitch's astitch is a loop, not an iterator: the cases that apply to a loop.
