@@ -8,7 +8,9 @@ Rules of this module (everything about SSE bytes lives here; no anyio, no chunks
   so a character split across reads comes out whole.
 - Scanning is linear: each byte is searched for a line end once, however many reads a line
   takes (a 20 MB line is not rescanned on each read), and consumed events are dropped from the
-  buffer once per :meth:`SSEDecoder.feed`, not once per event.
+  buffer once per :meth:`SSEDecoder.feed`, not once per event. The usual read, one whole
+  event (or whole events, for :class:`EventSplitter`) and nothing pending, skips the scan:
+  the same result, split at once.
 - Every bound is explicit: a line longer than ``max_line_bytes`` or an event longer than
   ``max_event_bytes`` raises :class:`SSEFrameTooLarge` (``None``: no bound).
 """
@@ -141,6 +143,10 @@ class SSEDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RawEvent]:
         buffer = self._buffer
+        if not buffer and data[-2:] == b"\n\n":
+            event = self._one_event(bytes(data))
+            if event is not None:
+                return [event]
         buffer += data
         events: list[RawEvent] = []
         start = self._line_start
@@ -151,6 +157,20 @@ class SSEDecoder:
             error.events = events
             raise
         return events
+
+    def _one_event(self, data: bytes) -> RawEvent | None:
+        """The usual read, nothing pending: ``data`` is one whole event of ``\\n`` line ends
+        within the limits, split at once (the scan's result, without its per-line work);
+        ``None`` for anything else (left to the scan)."""
+        if (
+            data[0] == 10  # a blank line first: an event of its own
+            or data.find(b"\n\n") != len(data) - 2
+            or b"\r" in data
+            or (self._max_event is not None and len(data) > self._max_event)
+            or (self._max_line is not None and len(data) > self._max_line)
+        ):
+            return None
+        return RawEvent(data, tuple(data[:-2].split(b"\n")))
 
     def _scan(self, buffer: bytearray, events: list[RawEvent], start: int, search: int) -> None:
         max_line, max_event = self._max_line, self._max_event
@@ -224,6 +244,8 @@ class EventSplitter:
 
     def feed(self, data: bytes | bytearray | memoryview) -> bytes:
         buffer = self._buffer
+        if not buffer and data[-2:] == b"\n\n":
+            return bytes(data)  # the usual read: whole events, nothing kept (a "\n\n" ends one)
         # A blank line may straddle the reads: look again at the last bytes kept.
         resume = max(0, len(buffer) - 3)
         buffer += data

@@ -125,3 +125,46 @@ def test_flush_completes_a_last_event_without_its_blank_line() -> None:
 def test_the_encoder() -> None:
     assert encode_event({"a": "é"}) == b'data: {"a":"\xc3\xa9"}\n\n'
     assert encode_event({"a": "\ud83d"}, [b"id: 1"]) == b'id: 1\ndata: {"a":"\\ud83d"}\n\n'
+
+
+def _events_or_error(decoder: SSEDecoder, pieces: list[bytes]) -> list[object]:
+    out: list[object] = []
+    for piece in pieces:
+        try:
+            out += decoder.feed(piece)
+        except SSEFrameTooLarge as error:
+            return [*out, *error.events, (error.what, error.limit)]
+    return out
+
+
+@given(
+    st.lists(sse_bodies.map(lambda body: body + b"\n\n"), max_size=6),
+    st.none() | st.integers(1, 40),
+    st.none() | st.integers(1, 80),
+)
+def test_whole_events_read_at_once_decode_as_byte_by_byte(
+    reads: list[bytes], max_line: int | None, max_event: int | None
+) -> None:
+    # Reads that end at a blank line take the decoder's and the splitter's shortcut; fed one
+    # byte at a time the same bytes take the scan: same events, same errors, same output.
+    def decoder() -> SSEDecoder:
+        return SSEDecoder(max_line_bytes=max_line, max_event_bytes=max_event)
+
+    body = b"".join(reads)
+    assert _events_or_error(decoder(), reads) == _events_or_error(
+        decoder(), [body[i : i + 1] for i in range(len(body))]
+    )
+    splitter = EventSplitter()
+    assert b"".join(splitter.feed(read) for read in reads) == body
+    assert splitter.pending == b""
+
+
+def test_one_event_per_read_is_split_into_its_lines() -> None:
+    decoder = SSEDecoder(max_line_bytes=100, max_event_bytes=100)
+    assert decoder.feed(b"id: 1\ndata: {}\n\n") == [
+        RawEvent(b"id: 1\ndata: {}\n\n", (b"id: 1", b"data: {}"))
+    ]
+    assert decoder.feed(b"\n\n") == [RawEvent(b"\n", ()), RawEvent(b"\n", ())]
+    assert decoder.feed(bytearray(b"data: a\r\n\n")) == [RawEvent(b"data: a\r\n\n", (b"data: a",))]
+    with pytest.raises(SSEFrameTooLarge, match="line longer than 10"):
+        SSEDecoder(max_line_bytes=10).feed(b"data: 123456\n\n")
