@@ -17,10 +17,11 @@ Rules of this module (everything about SSE bytes lives here; no anyio, no chunks
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
+
+from . import _json
 
 __all__ = [
     "DONE_EVENT",
@@ -57,12 +58,10 @@ def encode_event(payload: object, other_lines: Iterable[bytes] = ()) -> bytes:
     """``payload`` as one ``data:`` event (JSON, compact), after ``other_lines`` (``id:`` ...).
 
     Text is sent as UTF-8; a lone surrogate (half of a pair an upstream split across two
-    chunks as ``\\ud83d`` and ``\\ude00``) cannot be, so such a payload is sent escaped instead.
+    chunks as ``\\ud83d`` and ``\\ude00``) cannot be, so such a payload is sent escaped instead
+    (:func:`streamstop._json.dumps`).
     """
-    try:
-        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:
-        data = json.dumps(payload, separators=(",", ":")).encode()
+    data = _json.dumps(payload)
     return b"".join(line + b"\n" for line in other_lines) + b"data: " + data + b"\n\n"
 
 
@@ -103,7 +102,7 @@ def is_whole(event: RawEvent) -> bool:
     if data is None or data.strip() == b"[DONE]":
         return True
     try:
-        json.loads(data)
+        _json.loads(data)
     except ValueError:
         return False
     return True
@@ -195,7 +194,9 @@ class SSEDecoder:
             events.append(RawEvent(bytes(buffer[event_start:start]), tuple(self._lines)))
             self._lines = []
             event_start = start
-        _check("line", len(buffer) - start, self._max_line)
+        # The unfinished line ends where the search stopped: a last "\r" (perhaps half of a
+        # "\r\n") is its line end, not one of its bytes, whatever the reads.
+        _check("line", search - start, self._max_line)
         _check("event", len(buffer) - event_start, self._max_event)
         if event_start:
             del buffer[:event_start]

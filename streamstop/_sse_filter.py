@@ -19,9 +19,9 @@ events becomes):
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._chunks import ChunkFilter
 from ._sse import (
@@ -228,7 +228,7 @@ class SSEFilter:
             self._done = True
             return self._held_events() + raw
         try:
-            chunk = json.loads(data)
+            chunk = _json.loads(data)
         except ValueError:
             return raw
         if not isinstance(chunk, dict):

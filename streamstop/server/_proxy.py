@@ -58,6 +58,7 @@ from urllib.parse import unquote_to_bytes
 import anyio
 import anyio.to_thread
 
+from .. import _json
 from .._families import FAMILIES, FAMILY_PATHS, Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
@@ -159,7 +160,7 @@ def _snippet(body: bytes, limit: int = 500) -> str:
 def upstream_error_payload(status: int, body: bytes) -> dict[str, Any]:
     """The OpenAI-shaped body for an upstream error response: itself if it already is one."""
     try:
-        parsed = json.loads(body)
+        parsed = _json.loads(body)
     except (ValueError, UnicodeDecodeError):
         parsed = None
     if isinstance(parsed, dict):
@@ -339,7 +340,7 @@ def _is_whole_event(pending: bytes) -> bool:
 
 def _asks_for_stream(body: bytes, family: Family | None = None, path: str = "") -> bool:
     try:
-        request = json.loads(body)
+        request = _json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     if not isinstance(request, dict):
@@ -643,7 +644,7 @@ def _stream_fault(
 
 def _parses(body: bytes) -> bool:
     try:
-        json.loads(body)
+        _json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     return True
