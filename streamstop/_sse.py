@@ -143,9 +143,18 @@ class SSEDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[RawEvent]:
         buffer = self._buffer
         if not buffer and data[-2:] == b"\n\n":
-            event = self._one_event(bytes(data))
-            if event is not None:
-                return [event]
+            # The usual read, nothing pending: one whole event of "\n" line ends within the
+            # limits is split at once, without the scan's per-line work (the same result).
+            data = bytes(data)
+            size = len(data)
+            if (
+                data[0] != 10  # not a blank line first: that is an event of its own
+                and data.find(b"\n\n") == size - 2
+                and b"\r" not in data
+                and (self._max_event is None or size <= self._max_event)
+                and (self._max_line is None or size <= self._max_line)
+            ):
+                return [RawEvent(data, tuple(data[:-2].split(b"\n")))]
         buffer += data
         events: list[RawEvent] = []
         start = self._line_start
@@ -156,20 +165,6 @@ class SSEDecoder:
             error.events = events
             raise
         return events
-
-    def _one_event(self, data: bytes) -> RawEvent | None:
-        """The usual read, nothing pending: ``data`` is one whole event of ``\\n`` line ends
-        within the limits, split at once (the scan's result, without its per-line work);
-        ``None`` for anything else (left to the scan)."""
-        if (
-            data[0] == 10  # a blank line first: an event of its own
-            or data.find(b"\n\n") != len(data) - 2
-            or b"\r" in data
-            or (self._max_event is not None and len(data) > self._max_event)
-            or (self._max_line is not None and len(data) > self._max_line)
-        ):
-            return None
-        return RawEvent(data, tuple(data[:-2].split(b"\n")))
 
     def _scan(self, buffer: bytearray, events: list[RawEvent], start: int, search: int) -> None:
         max_line, max_event = self._max_line, self._max_event
