@@ -135,7 +135,7 @@ class SSEFilter:
 
     def feed(self, data: bytes) -> bytes:
         """Take the next piece of the body; return the bytes that may be sent now."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if type(data) is not bytes and not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
         if self._done:
             return b""
@@ -224,7 +224,7 @@ class SSEFilter:
             data = event_data(fields)
         if data is None:
             return raw
-        if data.strip() == b"[DONE]":
+        if data[:1] != b"{" and data.strip() == b"[DONE]":  # a chunk starts with "{"
             self._done = True
             return self._held_events() + raw
         try:
