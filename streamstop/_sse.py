@@ -166,6 +166,28 @@ class SSEDecoder:
             raise
         return events
 
+    def data_line(self, data: bytes) -> bytes | None:
+        """The value of ``data`` if it is the usual read: one whole event of one ``data:`` line
+        and nothing pending (a stream of chunks, one per read); ``None`` for anything else, to
+        :meth:`feed`. Taking it is feeding it: the decoder is then as after ``feed(data)``.
+
+        >>> SSEDecoder().data_line(b'data: {"a":1}\\n\\n')
+        b'{"a":1}'
+        """
+        size = len(data)
+        if (
+            type(data) is bytes
+            and not self._buffer
+            and data.startswith(b"data: ")
+            and data.find(b"\n") == size - 2
+            and data[-1] == 10
+            and b"\r" not in data
+            and (self._max_event is None or size <= self._max_event)
+            and (self._max_line is None or size <= self._max_line)
+        ):
+            return data[6:-2]
+        return None
+
     def _scan(self, buffer: bytearray, events: list[RawEvent], start: int, search: int) -> None:
         max_line, max_event = self._max_line, self._max_event
         event_start = 0
