@@ -179,3 +179,39 @@ def test_one_event_per_read_is_split_into_its_lines() -> None:
     assert decoder.feed(bytearray(b"data: a\r\n\n")) == [RawEvent(b"data: a\r\n\n", (b"data: a",))]
     with pytest.raises(SSEFrameTooLarge, match="line longer than 10"):
         SSEDecoder(max_line_bytes=10).feed(b"data: 123456\n\n")
+
+
+@given(st.lists(sse_bodies.map(lambda body: body + b"\n\n"), max_size=6), st.integers(1, 40))
+def test_data_line_takes_only_one_event_of_one_data_line(reads: list[bytes], limit: int) -> None:
+    # Fed the same reads, a decoder that tries data_line first and one that only feeds return
+    # the same events: data_line answers exactly when feed would give one data-line event.
+    quick, plain = SSEDecoder(max_line_bytes=limit), SSEDecoder(max_line_bytes=limit)
+    for read in reads:
+        expected = _events_or_error(plain, [read])
+        value = quick.data_line(read)
+        if value is None:
+            assert _events_or_error(quick, [read]) == expected
+        else:
+            assert expected == [RawEvent(read, (b"data: " + value,))]
+        if expected and not isinstance(expected[-1], RawEvent):
+            return  # over the limit: the stream ends here
+
+
+@pytest.mark.parametrize(
+    ("read", "value"),
+    [
+        (b'data: {"a":1}\n\n', b'{"a":1}'),
+        (b"data: a\r\n\n", None),  # CRLF: the scan's
+        (b"data:a\n\n", None),  # no space: parse_field's
+        (b"id: 1\ndata: a\n\n", None),  # two lines
+        (b"data: a\n\ndata: b\n\n", None),  # two events
+        (b"data: a\n", None),  # not whole
+        (bytearray(b"data: a\n\n"), None),  # not bytes
+    ],
+)
+def test_data_line_cases(read: bytes, value: bytes | None) -> None:
+    assert SSEDecoder().data_line(read) == value
+    assert SSEDecoder(max_line_bytes=5).data_line(b"data: abcdef\n\n") is None
+    pending = SSEDecoder()
+    pending.feed(b"data: a")
+    assert pending.data_line(b'data: {"a":1}\n\n') is None
