@@ -658,6 +658,10 @@ class FamilyStream:
 
     def _frames(self, data: bytes) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
         if self._sse is not None:
+            value = self._sse.data_line(data)
+            if value is not None:  # the usual read: one event, one data line
+                yield data, _parse(value)
+                return
             try:
                 events = self._sse.feed(data)
             except SSEFrameTooLarge as error:
