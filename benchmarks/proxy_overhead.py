@@ -626,7 +626,7 @@ def bench(
                         if parser == "httptools":
                             measured = measured[1:2]
                         elif name == "proxy":
-                            # The same stack without the filter: what the filter itself costs.
+                            # The same stack, not filtering: what filtering costs.
                             unfiltered = dataclasses.replace(levels[1], stops=False)
                             measured.append((_UNFILTERED, unfiltered))
                         for label, level in measured:
@@ -761,9 +761,9 @@ def render(
             rows,
         ),
         "",
-        f"{_UNFILTERED.capitalize()}: the proxy, sent the same requests without `stop`, so "
-        "that the middleware relays the stream unfiltered: the stack's own cost, and the "
-        "difference with proxy/h11 the filter's.",
+        f"{_UNFILTERED.capitalize()}: the proxy, sent the same requests without `stop`: the "
+        "middleware hands them to the proxy and leaves the response alone (no filter, no "
+        "interception). The difference with proxy/h11 is what filtering costs.",
         "",
         "Transit: from the upstream's write of an event to the client's read of it. The "
         "upstream does not wait between events, so under load this is mostly queueing. RSS per "
