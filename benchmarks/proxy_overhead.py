@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dataclasses
 import json
 import os
 import pstats
@@ -66,6 +67,7 @@ class Level:
     streams: int  # streams in all (run ``concurrency`` at a time)
     events: int  # events per stream
     pace_ms: float = 0.0  # the upstream's wait between events (0: none)
+    stops: bool = True  # False: requests without stop, which the proxy relays unfiltered
 
 
 FULL_LEVELS = (Level(1, 12, 2000), Level(32, 32, 2000), Level(1000, 1000, 120))
@@ -328,20 +330,22 @@ class Load:
     samples: list[tuple[int, int, bytes]] = field(default_factory=list)
 
 
-async def _stream(url: str, events: int, offset: int, load: Load, pace_ms: float = 0.0) -> None:
+async def _stream(
+    url: str, events: int, offset: int, load: Load, pace_ms: float = 0.0, stops: bool = True
+) -> None:
     host, port = url.removeprefix("http://").split("/")[0].split(":")
     reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
-    body = json.dumps(
-        {
-            "model": "fake",
-            "stream": True,
-            "max_tokens": events,
-            "x_pace_ms": pace_ms,
-            "user": str(offset),
-            "stop": STOPS,
-            "messages": [{"role": "user", "content": "Tell me a story."}],
-        }
-    ).encode()
+    request: dict[str, Any] = {
+        "model": "fake",
+        "stream": True,
+        "max_tokens": events,
+        "x_pace_ms": pace_ms,
+        "user": str(offset),
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+    }
+    if stops:
+        request["stop"] = STOPS
+    body = json.dumps(request).encode()
     writer.write(
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (host.encode(), len(body), body)
@@ -408,7 +412,7 @@ async def _drive(url: str, level: Level) -> Load:
 
     async def one(index: int) -> None:
         async with gate:
-            await _stream(url, level.events, index * 7919, load, level.pace_ms)
+            await _stream(url, level.events, index * 7919, load, level.pace_ms, level.stops)
 
     await asyncio.gather(*(one(i) for i in range(level.streams)))
     return load
@@ -618,11 +622,18 @@ def bench(
                     server = _child(name, "--upstream", upstream.url, "--http", parser)
                     try:
                         _warm_up(server)
-                        for level in levels if parser == "h11" else levels[1:2]:
-                            run = _measure(f"{name}/{parser}", server, server.url, level)
+                        measured = [(name, level) for level in levels]
+                        if parser == "httptools":
+                            measured = measured[1:2]
+                        elif name == "proxy":
+                            # The same stack, not filtering: what filtering costs.
+                            unfiltered = dataclasses.replace(levels[1], stops=False)
+                            measured.append((_UNFILTERED, unfiltered))
+                        for label, level in measured:
+                            run = _measure(f"{label}/{parser}", server, server.url, level)
                             runs.append(run)
                             progress(
-                                f"{name}/{parser} round {round_index + 1}, {level.concurrency} "
+                                f"{label}/{parser} round {round_index + 1}, {level.concurrency} "
                                 f"streams: {run.cpu_us_per_event:.1f} µs CPU per event"
                             )
                     finally:
@@ -650,6 +661,9 @@ def bench(
     finally:
         upstream.stop()
     return {"runs": runs, "paced": paced, "profiles": profiles, "micro": micro()}
+
+
+_UNFILTERED = "proxy, requests without stop"
 
 
 def _best(runs: list[Run], server: str, concurrency: int) -> Run | None:
@@ -746,6 +760,10 @@ def render(
             ],
             rows,
         ),
+        "",
+        f"{_UNFILTERED.capitalize()}: the proxy, sent the same requests without `stop`: the "
+        "middleware hands them to the proxy and leaves the response alone (no filter, no "
+        "interception). The difference with proxy/h11 is what filtering costs.",
         "",
         "Transit: from the upstream's write of an event to the client's read of it. The "
         "upstream does not wait between events, so under load this is mostly queueing. RSS per "

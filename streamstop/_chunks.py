@@ -50,14 +50,31 @@ ChunkT = TypeVar("ChunkT")
 
 
 def _get(obj: Any, name: str) -> Any:
+    if type(obj) is dict:  # parsed JSON, the usual: no ABC check
+        return obj.get(name)
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)
 
 
+def _choice_fields(choice: Any) -> tuple[Any, Any, Any]:
+    """``(delta, text, finish_reason)`` of a choice: a chat chunk's delta and its content, or no
+    delta and a legacy completion's text. One call per choice on the hot path, not five."""
+    if type(choice) is dict:
+        get = choice.get
+        delta = get("delta")
+        if delta is None:
+            return None, get("text"), get("finish_reason")
+        text = delta.get("content") if type(delta) is dict else _get(delta, "content")
+        return delta, text, get("finish_reason")
+    delta = _get(choice, "delta")
+    text = _get(delta, "content") if delta is not None else _get(choice, "text")
+    return delta, text, _get(choice, "finish_reason")
+
+
 def _replace(obj: Any, **changes: Any) -> Any:
     """A copy of ``obj`` with fields changed: a new dict, or a pydantic ``model_copy``."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):
         return {**obj, **changes}
     model_copy = getattr(obj, "model_copy", None)
     if model_copy is None:
@@ -195,10 +212,10 @@ class ChunkFilter(Generic[ChunkT]):
         kept: list[Any] = []
         changed = False
         for choice in choices:
-            index = _get(choice, "index")
+            index = choice.get("index") if type(choice) is dict else _get(choice, "index")
             if index is None:
                 index = 0
-            if not isinstance(index, int) or isinstance(index, bool):
+            if type(index) is not int and (not isinstance(index, int) or isinstance(index, bool)):
                 kept.append(choice)  # not ours to judge
                 continue
             if index in self._finished:
@@ -222,8 +239,7 @@ class ChunkFilter(Generic[ChunkT]):
                 self._automaton, include_stop=self._include_stop
             )
         self._templates[index] = (chunk, choice)
-        delta = _get(choice, "delta")
-        text = _get(delta, "content") if delta is not None else _get(choice, "text")
+        delta, text, finish_reason = _choice_fields(choice)
         piece: str | None = None
         if isinstance(text, str) and text:
             piece = buffer.feed(text)
@@ -231,7 +247,6 @@ class ChunkFilter(Generic[ChunkT]):
                 self._finished.add(index)
                 self._stop_strings[index] = buffer.stop_string or ""
                 return self._rewrite(choice, delta, piece, "stop")
-        finish_reason = _get(choice, "finish_reason")
         if finish_reason is not None:
             self._finished.add(index)
             tail = buffer.flush()

@@ -32,10 +32,10 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 from ._sse import SSEDecoder, SSEFrameTooLarge, encode_event, event_data, is_whole, parse_field
@@ -53,13 +53,6 @@ __all__ = [
     "OllamaChat",
     "OllamaGenerate",
 ]
-
-
-def _dumps(payload: Any) -> bytes:
-    try:
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    except UnicodeEncodeError:
-        return json.dumps(payload, separators=(",", ":")).encode()
 
 
 def _cut_each(
@@ -198,7 +191,7 @@ class Family:
 
     def encode(self, payload: dict[str, Any]) -> bytes:
         if self.framing == "ndjson":
-            return _dumps(payload) + b"\n"
+            return _json.dumps(payload) + b"\n"
         return encode_event(payload)
 
     def error_payload(self, message: str, code: str) -> dict[str, Any]:
@@ -665,6 +658,10 @@ class FamilyStream:
 
     def _frames(self, data: bytes) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
         if self._sse is not None:
+            value = self._sse.data_line(data)
+            if value is not None:  # the usual read: one event, one data line
+                yield data, _parse(value)
+                return
             try:
                 events = self._sse.feed(data)
             except SSEFrameTooLarge as error:
@@ -752,7 +749,7 @@ class FamilyStream:
 
 def _parse(data: bytes) -> dict[str, Any] | None:
     try:
-        payload = json.loads(data)
+        payload = _json.loads(data)
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None

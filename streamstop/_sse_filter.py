@@ -19,9 +19,10 @@ events becomes):
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from typing import Any
 
+from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._chunks import ChunkFilter
 from ._sse import (
@@ -135,10 +136,13 @@ class SSEFilter:
 
     def feed(self, data: bytes) -> bytes:
         """Take the next piece of the body; return the bytes that may be sent now."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        if type(data) is not bytes and not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
         if self._done:
             return b""
+        value = self._decoder.data_line(data)
+        if value is not None:  # the usual read: one event, one data line
+            return self._data(data, value, ())
         try:
             events = self._decoder.feed(data)
         except SSEFrameTooLarge as error:
@@ -216,19 +220,22 @@ class SSEFilter:
     def _event(self, event: RawEvent) -> bytes:
         raw, lines = event
         if len(lines) == 1 and lines[0].startswith(b"data: "):
-            # The usual event, one data line: no field list to build.
-            fields = None
-            data: bytes | None = lines[0][6:]
-        else:
-            fields = [parse_field(line) for line in lines]
-            data = event_data(fields)
+            # One data line: no field list to build.
+            return self._data(raw, lines[0][6:], ())
+        fields = [parse_field(line) for line in lines]
+        data = event_data(fields)
         if data is None:
             return raw
-        if data.strip() == b"[DONE]":
+        others = [line for line, (name, _) in zip(lines, fields, strict=True) if name != b"data"]
+        return self._data(raw, data, others)
+
+    def _data(self, raw: bytes, data: bytes, others: Sequence[bytes]) -> bytes:
+        """What is sent for the event ``raw`` of data ``data`` and other fields ``others``."""
+        if data[:1] != b"{" and data.strip() == b"[DONE]":  # a chunk starts with "{"
             self._done = True
             return self._held_events() + raw
         try:
-            chunk = json.loads(data)
+            chunk = _json.loads(data)
         except ValueError:
             return raw
         if not isinstance(chunk, dict):
@@ -239,19 +246,15 @@ class SSEFilter:
             return raw
         if self._include_usage:
             self._count(chunk)
-        out = self._chunks.feed(chunk)
+        chunks = self._chunks
+        out = chunks.feed(chunk)
         if out is chunk:
             result = raw
         elif out is None:
             result = b""
         else:
-            others = (
-                [line for line, (name, _) in zip(lines, fields, strict=True) if name != b"data"]
-                if fields is not None
-                else []
-            )
             result = encode_event(out, others)
-        if self._chunks.done:
+        if chunks.done:
             self._done = True
             if self._include_usage:
                 result += encode_event(self._usage_chunk())

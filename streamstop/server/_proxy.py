@@ -52,12 +52,13 @@ import re
 import zlib
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote_to_bytes
 
 import anyio
 import anyio.to_thread
 
+from .. import _json
 from .._families import FAMILIES, FAMILY_PATHS, Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
@@ -159,7 +160,7 @@ def _snippet(body: bytes, limit: int = 500) -> str:
 def upstream_error_payload(status: int, body: bytes) -> dict[str, Any]:
     """The OpenAI-shaped body for an upstream error response: itself if it already is one."""
     try:
-        parsed = json.loads(body)
+        parsed = _json.loads(body)
     except (ValueError, UnicodeDecodeError):
         parsed = None
     if isinstance(parsed, dict):
@@ -339,7 +340,7 @@ def _is_whole_event(pending: bytes) -> bool:
 
 def _asks_for_stream(body: bytes, family: Family | None = None, path: str = "") -> bool:
     try:
-        request = json.loads(body)
+        request = _json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     if not isinstance(request, dict):
@@ -446,15 +447,24 @@ class _Exchange:
             )
         return _asks_for_stream(self._body, self._family, self._path)
 
-    async def _decoded(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
-        """The body, decoded: gzip and deflate inflated here (bounded), the rest by httpx."""
+    def _decoded(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
+        """The body, decoded: gzip and deflate inflated here (bounded), the rest by httpx.
+
+        An identity body is httpx's raw iterator itself: no decoder and no generator of ours
+        between the upstream's reads and the relay (a few µs per event)."""
+        encoding = (header(response.headers.raw, b"content-encoding") or b"identity").lower()
+        if encoding == b"identity":
+            # An async generator at run time; typed as an iterator by httpx.
+            return cast("AsyncGenerator[bytes, None]", response.aiter_raw())
+        if encoding not in INFLATABLE:
+            return cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        return self._inflated(response, encoding)
+
+    async def _inflated(
+        self, response: httpx.Response, encoding: bytes
+    ) -> AsyncGenerator[bytes, None]:
         import httpx
 
-        encoding = (header(response.headers.raw, b"content-encoding") or b"identity").lower()
-        if encoding not in INFLATABLE:
-            async for piece in response.aiter_bytes():
-                yield piece
-            return
         inflater = Inflater(self._proxy.limits.max_response_bytes)
         try:
             async for raw in response.aiter_raw():
@@ -634,7 +644,7 @@ def _stream_fault(
 
 def _parses(body: bytes) -> bool:
     try:
-        json.loads(body)
+        _json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     return True

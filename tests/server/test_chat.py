@@ -21,8 +21,12 @@ from openai.types.chat import ChatCompletionChunk
 
 from streamstop.chat import ChunkFilter, SSEFilter, truncate_response
 
+from ..json_codecs import json_codec  # noqa: F401 (a fixture)
 from ..public_api import public_definitions
 from ..streamstop.reference import reference_truncate
+
+# Every test runs with each JSON codec installed (the standard library's, orjson's).
+pytestmark = pytest.mark.usefixtures("json_codec")
 
 Chunk = dict[str, Any]
 

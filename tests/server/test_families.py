@@ -21,6 +21,11 @@ from streamstop import StopAutomaton
 from streamstop._families import FAMILIES, FamilyStream, NDJSONDecoder
 from streamstop._sse import SSEDecoder, SSEFrameTooLarge
 
+from ..json_codecs import json_codec  # noqa: F401 (a fixture)
+
+# Every test runs with each JSON codec installed (the standard library's, orjson's).
+pytestmark = pytest.mark.usefixtures("json_codec")
+
 
 @dataclass
 class Read:

@@ -18,6 +18,11 @@ from streamstop._sse import (
     encode_event,
 )
 
+from ..json_codecs import json_codec  # noqa: F401 (a fixture)
+
+# Every test runs with each JSON codec installed (the standard library's, orjson's).
+pytestmark = pytest.mark.usefixtures("json_codec")
+
 
 def reference_events(body: bytes) -> list[tuple[bytes, ...]]:
     """The lines of each complete event: line ends normalized, events split on blank lines."""
@@ -83,16 +88,18 @@ def test_a_long_line_is_searched_once() -> None:
     assert len(event.raw) == 1024 * 1024 + 2
 
 
-CAP_CASES: dict[str, tuple[SSEDecoder, list[bytes], str, int]] = {
-    "line": (SSEDecoder(max_line_bytes=10), [b"data: 1234", b"5"], "line", 10),
-    "line in one read": (SSEDecoder(max_line_bytes=10), [b"data: 123456\n"], "line", 10),
-    "event": (SSEDecoder(max_event_bytes=20), [b"id: 1\nid: 2\nid: 3\nid: 4\n"], "event", 20),
+# (the decoder's limits, the reads, what is over its limit, the limit)
+CAP_CASES: dict[str, tuple[dict[str, int], list[bytes], str, int]] = {
+    "line": ({"max_line_bytes": 10}, [b"data: 1234", b"5"], "line", 10),
+    "line in one read": ({"max_line_bytes": 10}, [b"data: 123456\n"], "line", 10),
+    "event": ({"max_event_bytes": 20}, [b"id: 1\nid: 2\nid: 3\nid: 4\n"], "event", 20),
 }
 
 
 @pytest.mark.parametrize("case", CAP_CASES)
 def test_frames_over_their_cap_raise(case: str) -> None:
-    decoder, pieces, what, limit = CAP_CASES[case]
+    limits, pieces, what, limit = CAP_CASES[case]
+    decoder = SSEDecoder(**limits)
     for piece in pieces[:-1]:
         assert decoder.feed(piece) == []
     with pytest.raises(SSEFrameTooLarge) as raised:
@@ -125,3 +132,86 @@ def test_flush_completes_a_last_event_without_its_blank_line() -> None:
 def test_the_encoder() -> None:
     assert encode_event({"a": "é"}) == b'data: {"a":"\xc3\xa9"}\n\n'
     assert encode_event({"a": "\ud83d"}, [b"id: 1"]) == b'id: 1\ndata: {"a":"\\ud83d"}\n\n'
+
+
+def _events_or_error(decoder: SSEDecoder, pieces: list[bytes]) -> list[object]:
+    out: list[object] = []
+    for piece in pieces:
+        try:
+            out += decoder.feed(piece)
+        except SSEFrameTooLarge as error:
+            return [*out, *error.events, (error.what, error.limit)]
+    return out
+
+
+@given(
+    st.lists(sse_bodies.map(lambda body: body + b"\n\n"), max_size=6),
+    # One limit at a time: with both, which one a scan reports first depends on the reads.
+    st.tuples(st.none(), st.none())
+    | st.tuples(st.integers(1, 40), st.none())
+    | st.tuples(st.none(), st.integers(1, 80)),
+)
+def test_whole_events_read_at_once_decode_as_byte_by_byte(
+    reads: list[bytes], limits: tuple[int | None, int | None]
+) -> None:
+    # Reads that end at a blank line take the decoder's and the splitter's shortcut; fed one
+    # byte at a time the same bytes take the scan: same events, same errors, same output.
+    max_line, max_event = limits
+
+    def decoder() -> SSEDecoder:
+        return SSEDecoder(max_line_bytes=max_line, max_event_bytes=max_event)
+
+    body = b"".join(reads)
+    assert _events_or_error(decoder(), reads) == _events_or_error(
+        decoder(), [body[i : i + 1] for i in range(len(body))]
+    )
+    splitter = EventSplitter()
+    assert b"".join(splitter.feed(read) for read in reads) == body
+    assert splitter.pending == b""
+
+
+def test_one_event_per_read_is_split_into_its_lines() -> None:
+    decoder = SSEDecoder(max_line_bytes=100, max_event_bytes=100)
+    assert decoder.feed(b"id: 1\ndata: {}\n\n") == [
+        RawEvent(b"id: 1\ndata: {}\n\n", (b"id: 1", b"data: {}"))
+    ]
+    assert decoder.feed(b"\n\n") == [RawEvent(b"\n", ()), RawEvent(b"\n", ())]
+    assert decoder.feed(bytearray(b"data: a\r\n\n")) == [RawEvent(b"data: a\r\n\n", (b"data: a",))]
+    with pytest.raises(SSEFrameTooLarge, match="line longer than 10"):
+        SSEDecoder(max_line_bytes=10).feed(b"data: 123456\n\n")
+
+
+@given(st.lists(sse_bodies.map(lambda body: body + b"\n\n"), max_size=6), st.integers(1, 40))
+def test_data_line_takes_only_one_event_of_one_data_line(reads: list[bytes], limit: int) -> None:
+    # Fed the same reads, a decoder that tries data_line first and one that only feeds return
+    # the same events: data_line answers exactly when feed would give one data-line event.
+    quick, plain = SSEDecoder(max_line_bytes=limit), SSEDecoder(max_line_bytes=limit)
+    for read in reads:
+        expected = _events_or_error(plain, [read])
+        value = quick.data_line(read)
+        if value is None:
+            assert _events_or_error(quick, [read]) == expected
+        else:
+            assert expected == [RawEvent(read, (b"data: " + value,))]
+        if expected and not isinstance(expected[-1], RawEvent):
+            return  # over the limit: the stream ends here
+
+
+@pytest.mark.parametrize(
+    ("read", "value"),
+    [
+        (b'data: {"a":1}\n\n', b'{"a":1}'),
+        (b"data: a\r\n\n", None),  # CRLF: the scan's
+        (b"data:a\n\n", None),  # no space: parse_field's
+        (b"id: 1\ndata: a\n\n", None),  # two lines
+        (b"data: a\n\ndata: b\n\n", None),  # two events
+        (b"data: a\n", None),  # not whole
+        (bytearray(b"data: a\n\n"), None),  # not bytes
+    ],
+)
+def test_data_line_cases(read: bytes, value: bytes | None) -> None:
+    assert SSEDecoder().data_line(read) == value
+    assert SSEDecoder(max_line_bytes=5).data_line(b"data: abcdef\n\n") is None
+    pending = SSEDecoder()
+    pending.feed(b"data: a")
+    assert pending.data_line(b'data: {"a":1}\n\n') is None

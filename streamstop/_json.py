@@ -1,0 +1,134 @@
+"""The JSON codec of the streaming paths: orjson where installed (the ``fast`` extra), else the
+standard library, with the same results either way.
+
+Rules of this module (the only place the event paths choose how JSON is read and written):
+
+- :func:`loads` returns what ``json.loads`` returns. orjson parses the usual event (about 3x
+  faster); whatever it does not take as the standard library would goes to ``json.loads``: a
+  document it rejects (``NaN``, ``Infinity``, numbers that overflow a float, lone surrogates
+  ``"\\ud83d"``, a byte order mark, other encodings than UTF-8), and any run of 19 digits or
+  more (orjson reads integers beyond 64 bits as floats; ``json`` keeps them exact). A document
+  neither takes raises ``ValueError`` (or ``RecursionError``, too deep), as ``json.loads`` does;
+  orjson reads up to 1,024 levels of nesting, ``json`` as many as the stack allows (about 1,000
+  here): a document in between is read by orjson only. NaN and infinities come back as a
+  subclass of float (equal values; see :func:`dumps`).
+- :func:`dumps` writes compact JSON (``,`` and ``:``), text as UTF-8, as
+  ``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`` does; a lone
+  surrogate cannot be UTF-8, so a value holding one is written ASCII-escaped instead (the
+  receiver gets the same string). Integers beyond 64 bits go to ``json``, exact. ``NaN`` and
+  infinities read by :func:`loads` are written back ``NaN`` / ``Infinity`` as ``json`` writes
+  them: :func:`loads` marks them so that :func:`dumps` sends them to ``json``. (One made by other
+  code, unmarked, orjson writes ``null``: these paths write only what they read, and strings and
+  ints of their own.)
+- A deliberate difference, in formatting only: orjson writes some floats in another notation
+  (``1e-7`` and ``0.000025`` where ``json`` writes ``1e-07`` and ``2.5e-05``): the same numbers.
+  Only re-encoded events show it (an event the filter leaves alone passes byte for byte).
+- :func:`use` switches the codec (``"orjson"`` or ``"json"``) and returns the previous one's
+  name: for tests, which run every case on both, and to compare them. Callers look the
+  functions up on this module (``_json.loads(...)``), so a switch reaches them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["available", "backend", "dumps", "loads", "use"]
+
+# orjson reads an integer beyond 64 bits as a float: a document with a run of 19 digits goes to
+# json. Found as a run of "0" once every digit is mapped to "0" (two C calls; a regex is ~7x
+# slower), whether in a number or in a string.
+_DIGITS_TO_ZERO = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_RUN = b"0" * 19
+
+
+class _NonFinite(float):
+    """A NaN or an infinity read by the standard library: orjson refuses to write a float
+    subclass, so :func:`dumps` writes it with ``json`` (``NaN``, ``Infinity``)."""
+
+    __slots__ = ()
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(value)
+
+
+def _constant(name: str) -> float:
+    return _NonFinite(name)  # "NaN", "Infinity", "-Infinity": float() reads all three
+
+
+def _std_loads(data: bytes | bytearray | str) -> Any:
+    return json.loads(data)
+
+
+def _std_dumps(value: Any) -> bytes:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (half of a pair split across two chunks): escaped, it is still the
+        # same JSON string; as UTF-8 it cannot be written at all.
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _codecs() -> dict[str, tuple[Callable[[bytes | bytearray | str], Any], Callable[[Any], bytes]]]:
+    codecs: dict[str, tuple[Callable[[bytes | bytearray | str], Any], Callable[[Any], bytes]]] = {
+        "json": (_std_loads, _std_dumps)
+    }
+    try:
+        import orjson
+    except ImportError:
+        return codecs
+    fast_loads, fast_dumps, error = orjson.loads, orjson.dumps, orjson.JSONDecodeError
+
+    def or_loads(data: bytes | bytearray | str) -> Any:
+        # Text (rare here) is json's.
+        if isinstance(data, bytes | bytearray) and _LONG_RUN not in data.translate(_DIGITS_TO_ZERO):
+            try:
+                return fast_loads(data)
+            except error:
+                pass
+        # What orjson rejects or would read otherwise; non-finite floats marked for dumps.
+        return json.loads(data, parse_float=_float, parse_constant=_constant)
+
+    def or_dumps(value: Any) -> bytes:
+        try:
+            return fast_dumps(value)
+        except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a big int, a NaN read
+            return _std_dumps(value)
+
+    codecs["orjson"] = (or_loads, or_dumps)
+    return codecs
+
+
+_CODECS = _codecs()
+
+loads: Callable[[bytes | bytearray | str], Any]
+dumps: Callable[[Any], bytes]
+_current = ""
+
+
+def available() -> tuple[str, ...]:
+    """The codecs installed: ``("json",)``, or ``("json", "orjson")`` with the ``fast`` extra."""
+    return tuple(_CODECS)
+
+
+def backend() -> str:
+    """The codec in use: ``"orjson"`` if installed, else ``"json"`` (unless :func:`use` says)."""
+    return _current
+
+
+def use(name: str) -> str:
+    """Switch to codec ``name`` (see :func:`available`); returns the previous one's name."""
+    global loads, dumps, _current
+    if name not in _CODECS:
+        raise ValueError(f"unknown or uninstalled JSON codec {name!r}: available are {available()}")
+    previous = _current
+    loads, dumps = _CODECS[name]
+    _current = name
+    return previous
+
+
+use("orjson" if "orjson" in _CODECS else "json")
