@@ -30,9 +30,9 @@ Rules of this module (everything about matching lives here):
   buffer; ``advance_root`` works out what it did not know). A token the memo does not know
   costs one C-level test if it has none of the stops' first characters (from the root), or a
   dict test and the root's step if its first character does not continue the held partial
-  stop; only tokens that continue a partial walk. The memo is shared by every stream using the automaton and bounded in bytes,
-  entries small by construction; when full it refuses for a while, then forgets about half
-  (see ``_remember`` for why).
+  stop; only tokens that continue a partial walk. The memo is shared by every stream using the
+  automaton and bounded in bytes, entries small by construction; when full it refuses for a
+  while, then forgets about half (see ``_remember`` for why).
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
