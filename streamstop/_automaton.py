@@ -25,14 +25,14 @@ Rules of this module (everything about matching lives here):
   adversarial sets (long runs of one character, huge alphabets, stops that overlap each other)
   cannot blow the tables up.
 - Whole tokens are stepped by ``advance``, the per-token path, which returns a :class:`Step`.
-  From the root, a token with none of the stops' first characters passes without a memo; other
-  tokens are memoized by the token alone: LLM tokens come from a fixed vocabulary, so a server
-  soon answers most tokens with one dict lookup (``root_step`` is that lookup, read-only, for
-  the buffer). In a held state, a token whose first character does not continue the partial
-  stop releases the held text and then takes the root's step; only tokens that continue a
-  partial walk. The memo is shared by every stream using the automaton and bounded in bytes,
-  entries small by construction; when full it refuses for a while, then forgets about half
-  (see ``_remember`` for why).
+  Steps are memoized by (state, token): LLM tokens come from a fixed vocabulary, so a server
+  soon answers most tokens with one dict lookup (``root_step`` is the root's lookup, for the
+  buffer; ``advance_root`` works out what it did not know). A token the memo does not know
+  costs one C-level test if it has none of the stops' first characters (from the root), or a
+  dict test and the root's step if its first character does not continue the held partial
+  stop; only tokens that continue a partial walk. The memo is shared by every stream using the
+  automaton and bounded in bytes, entries small by construction; when full it refuses for a
+  while, then forgets about half (see ``_remember`` for why).
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
@@ -64,12 +64,13 @@ Stops: TypeAlias = str | Iterable[str] | None
 # is kept, and only steps whose output is short, so no entry keeps a long held text alive.
 _MEMO_TEXT_LIMIT = 32
 _MEMO_EMITTED_LIMIT = 2 * _MEMO_TEXT_LIMIT
-# Bytes a memo may keep per automaton: a few tens of thousands of entries (about 100-250 bytes
-# each), room for the tokens a vocabulary of 200k actually uses often (see benchmarks/README).
-DEFAULT_MEMO_BYTES = 4 << 20
+# Bytes a memo may keep per automaton: about 75,000 entries (100-250 bytes each), the whole
+# working set of 1,024 typical stops over a million characters of unseen text (15.6 MiB of
+# (state, token) steps; 4 stops use 2.6 MiB), measured in benchmarks/README.md.
+DEFAULT_MEMO_BYTES = 16 << 20
 # Bytes all the automata kept by StopAutomaton.from_stops may take together, each charged its
-# tables plus its whole memo budget: about a dozen automata with full memos.
-DEFAULT_CACHE_BYTES = 64 << 20
+# tables plus its whole memo budget: about 15 automata with full memos.
+DEFAULT_CACHE_BYTES = 256 << 20
 # The DFA tables of the shallow states (see the module docstring): at most this many bytes per
 # state of the trie, plus a fixed allowance that covers every state of ordinary stop sets.
 _DFA_BYTES_PER_STATE = 32
@@ -170,17 +171,23 @@ def _checked_bytes(name: str, value: object) -> int:
     return value
 
 
+def _text_bytes(text: str) -> int:
+    """What a str of ``text`` takes, at most: ``sys.getsizeof`` for ASCII, an upper bound
+    otherwise (it costs a fraction of getsizeof's method lookup, and every memo miss asks)."""
+    return 49 + len(text) if text.isascii() else 76 + 4 * len(text)
+
+
 def _entry_cost(text: str, step: Step) -> int:
     """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
     much text (see _MEMO_EMITTED_LIMIT)."""
     if step is PASS_THROUGH:
-        return _MEMO_SLOT_BYTES + sys.getsizeof(text)
+        return _MEMO_SLOT_BYTES + _text_bytes(text)
     emitted = step[2]
     if emitted is None or emitted is text:
-        return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text)
+        return _MEMO_SLOT_BYTES + _STEP_BYTES + _text_bytes(text)
     if len(emitted) > _MEMO_EMITTED_LIMIT:
         return sys.maxsize
-    return _MEMO_SLOT_BYTES + _STEP_BYTES + sys.getsizeof(text) + sys.getsizeof(emitted)
+    return _MEMO_SLOT_BYTES + _STEP_BYTES + _text_bytes(text) + _text_bytes(emitted)
 
 
 def _compile_class(chars: str) -> re.Pattern[str]:
@@ -484,7 +491,7 @@ class StopAutomaton:
 
         Each cached automaton is charged its tables and its whole memo budget, so the bound
         holds however much their memos grow. The least recently used go first, at once if the
-        new budget is smaller. 0 turns the cache off. The default is 64 MiB.
+        new budget is smaller. 0 turns the cache off. The default is 256 MiB.
         """
         _CACHE.set_budget(_checked_bytes("max_bytes", max_bytes))
 
@@ -614,53 +621,29 @@ class StopAutomaton:
         memoized by the token alone (LLM tokens come from a fixed vocabulary, so a server soon
         answers most with one dict lookup, :attr:`root_step`), and a token not met before with
         none of the stops' first characters passes after one C-level ``frozenset.isdisjoint``.
-        In a held state, a token whose first character does not continue the partial stop
-        releases the held text and is then the root's answer: one dict test, memoized only while
-        the memo is less than half full. Only tokens that continue a partial walk (a character
-        or two, see :meth:`_walk_from`), memoized by (state, token).
+        In a held state, steps are memoized by (state, token): a token whose first character
+        does not continue the partial stop releases the held text and is then the root's answer
+        (one dict test); only tokens that continue a partial walk, a character or two (see
+        :meth:`_walk_from`).
         """
         if not state:
             result = self._root_memo.get(text)
-            return self._from_root(text) if result is None else result
+            return self.advance_root(text) if result is None else result
         result = self._memo[state].get(text)
-        if result is not None:
-            return result
-        deep = self._deep[state]
-        if deep is not None and text and text[0] not in deep:
-            # The first character ends the held partial stop, so from there on the walk is the
-            # root's over the same text: release the held text, then the root's answer.
-            root_state, end, emitted = self._root_memo.get(text) or self._from_root(text)
-            if end >= 0:
-                return _new_step(Step, (root_state, end, None))
-            result = _new_step(
-                Step,
-                (
-                    root_state,
-                    -1,
-                    self.stops[self._owner[state]][: self._depth[state]]
-                    + (text if emitted is None else emitted),
-                ),
-            )
-            # Memoized only while the memo is less than half full: such a step is cheap to make
-            # again from the root's entry, and on real tokens there are many of them (18,000
-            # of the 25,000 (state, token) pairs of 100,000 tokens at 1,024 stops), which
-            # would crowd the root's entries and the walks out of the budget.
-            if self._memo_used < self._memo_budget >> 1 and len(text) <= _MEMO_TEXT_LIMIT:
-                self._remember(state, text, result)
-            return result
-        return self._from_held(state, text)
+        return self._from_held(state, text) if result is None else result
 
-    def _from_root(self, text: str) -> Step:
-        """:meth:`advance` from the root, not found in the memo; memoized."""
+    def advance_root(self, text: str) -> Step:
+        """:meth:`advance` from the root for a text that :attr:`root_step` did not know: the
+        walk, memoized, without looking in the memo again (for the buffer's per-token path)."""
         if self._passes(text):
             # No stop's first character: nothing to walk (one C-level test).
             if not text:
                 return _EMPTY_STEP
-            result: Step = PASS_THROUGH
-            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
-                self._remember(0, text, result)
-            return result
+            if len(text) <= _MEMO_TEXT_LIMIT:
+                self._remember(0, text, PASS_THROUGH)
+            return PASS_THROUGH
         new_state, end = self.scan(0, text)
+        result: Step
         if end >= 0:
             result = _new_step(Step, (new_state, end, None))
         elif not new_state:
@@ -668,7 +651,7 @@ class StopAutomaton:
         else:
             # Nothing was held: out goes the text less what the new state holds.
             result = _new_step(Step, (new_state, -1, text[: len(text) - self._depth[new_state]]))
-        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
+        if len(text) <= _MEMO_TEXT_LIMIT:
             self._remember(0, text, result)
         return result
 
@@ -679,18 +662,19 @@ class StopAutomaton:
         if text and (
             text[0] not in deep if deep is not None else depth[self._next(state, text[0])] <= 1
         ):
-            # As in advance, for states without a DFA table (deep in a long stop). A step that
-            # releases held text is not memoized: it is one dict test, a slice and a
-            # concatenation away from the root's entry, and on real tokens such steps are most
-            # of the (state, token) pairs a stream meets (18,000 of 25,000 over 100,000 tokens
-            # at 1,024 stops), which would crowd the root's entries and the walks out of the
-            # memo's budget.
-            root = self._root_memo.get(text) or self._from_root(text)
-            if root.end >= 0:
-                return _new_step(Step, (root.state, root.end, None))
-            emitted = root.emitted
-            held = self.stops[self._owner[state]][: depth[state]]
-            return _new_step(Step, (root.state, -1, held + (text if emitted is None else emitted)))
+            # The first character ends the held partial stop, so from there on the walk is the
+            # root's over the same text: release the held text, then the root's answer.
+            root_state, end, emitted = self._root_memo.get(text) or self.advance_root(text)
+            if end >= 0:
+                result = _new_step(Step, (root_state, end, None))
+            else:
+                held = self.stops[self._owner[state]][: depth[state]]
+                result = _new_step(
+                    Step, (root_state, -1, held + (text if emitted is None else emitted))
+                )
+            if len(text) <= _MEMO_TEXT_LIMIT:
+                self._remember(state, text, result)
+            return result
         new_state, end = self._walk_from(state, text)
         if end >= 0:
             result = _new_step(Step, (new_state, end, None))
@@ -706,7 +690,7 @@ class StopAutomaton:
             else:
                 emitted = self.stops[self._owner[state]][:held_length] + text[: count - held_length]
             result = _new_step(Step, (new_state, -1, emitted))
-        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
+        if len(text) <= _MEMO_TEXT_LIMIT:
             self._remember(state, text, result)
         return result
 
@@ -760,15 +744,20 @@ class StopAutomaton:
         1,024 typical stops over real tokens) outgrew 4 MiB; it follows a change of traffic
         faster, though (both measured in benchmarks/README.md).
         """
-        entry = _entry_cost(text, result)
+        # _entry_cost, with the common case (a pass-through ASCII token) inlined: every miss
+        # comes here, and a call is a good part of what a miss costs.
+        if result is PASS_THROUGH and text.isascii():
+            entry = _MEMO_SLOT_BYTES + 49 + len(text)
+        else:
+            entry = _entry_cost(text, result)
         budget = self._memo_budget
-        if entry > budget:
-            return
         with self._lock:
             table = self._memo[state]
             if table is not _NO_MEMO and self._memo_used + entry <= budget:
                 table[text] = result
                 self._memo_used += entry
+                return
+            if entry > budget:
                 return
             if self._memo_used + entry + self._table_cost(state) > budget:
                 self._refused += entry

@@ -54,6 +54,7 @@ class StopBuffer:
     """
 
     __slots__ = (
+        "_advance_root",
         "_automaton",
         "_decoder",
         "_errors",
@@ -97,6 +98,7 @@ class StopBuffer:
         automaton = self._automaton
         # Bound once: the per-token path calls them on every token.
         self._root_step = automaton.root_step
+        self._advance_root = automaton.advance_root
         self._step = automaton.advance
 
     def __repr__(self) -> str:
@@ -165,7 +167,7 @@ class StopBuffer:
             if step is None:
                 if type(chunk) is not str:
                     return self._feed_other(chunk)
-                step = self._step(0, chunk)
+                step = self._advance_root(chunk)
         else:
             if state < 0 or type(chunk) is not str:
                 return self._feed_other(chunk)
