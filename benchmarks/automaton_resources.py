@@ -532,9 +532,8 @@ def report(
         f"{token_info['code']:,} of the Python {platform.python_version()} standard library's "
         "sources, then its prose docs (`pydoc_data/topics.py`), in completions of "
         f"{COMPLETION} tokens through one automaton with the {token_info['stop_set']}. Hit rate: "
-        "tokens answered from the memo (a step held for the state and the token when it came; a "
-        "step that releases held text is never memoized, costs no walk, and counts as a miss "
-        "here). Stretches of "
+        "tokens answered from the memo (a step held for the state and the token when it came, "
+        "steps that release held text included). Stretches of "
         f"{config.window:,} tokens; the prose begins in stretch "
         f"{token_info['code'] // config.window + 1}.",
         "",
