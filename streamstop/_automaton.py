@@ -751,13 +751,13 @@ class StopAutomaton:
         else:
             entry = _entry_cost(text, result)
         budget = self._memo_budget
+        if entry > budget:  # the memo is off (0), or a tiny budget: no lock taken
+            return
         with self._lock:
             table = self._memo[state]
             if table is not _NO_MEMO and self._memo_used + entry <= budget:
                 table[text] = result
                 self._memo_used += entry
-                return
-            if entry > budget:
                 return
             if self._memo_used + entry + self._table_cost(state) > budget:
                 self._refused += entry
