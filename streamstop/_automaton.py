@@ -639,7 +639,7 @@ class StopAutomaton:
             # No stop's first character: nothing to walk (one C-level test).
             if not text:
                 return _EMPTY_STEP
-            if len(text) <= _MEMO_TEXT_LIMIT:
+            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
                 self._remember(0, text, PASS_THROUGH)
             return PASS_THROUGH
         new_state, end = self.scan(0, text)
@@ -651,7 +651,7 @@ class StopAutomaton:
         else:
             # Nothing was held: out goes the text less what the new state holds.
             result = _new_step(Step, (new_state, -1, text[: len(text) - self._depth[new_state]]))
-        if len(text) <= _MEMO_TEXT_LIMIT:
+        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
             self._remember(0, text, result)
         return result
 
@@ -672,7 +672,7 @@ class StopAutomaton:
                 result = _new_step(
                     Step, (root_state, -1, held + (text if emitted is None else emitted))
                 )
-            if len(text) <= _MEMO_TEXT_LIMIT:
+            if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
                 self._remember(state, text, result)
             return result
         new_state, end = self._walk_from(state, text)
@@ -690,7 +690,7 @@ class StopAutomaton:
             else:
                 emitted = self.stops[self._owner[state]][:held_length] + text[: count - held_length]
             result = _new_step(Step, (new_state, -1, emitted))
-        if len(text) <= _MEMO_TEXT_LIMIT:
+        if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
             self._remember(state, text, result)
         return result
 
