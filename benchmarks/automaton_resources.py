@@ -327,13 +327,10 @@ def _hit_rates(
         stopped = False
         for token in completion:
             if not stopped:
-                # The policy's own table (this script measures the private policy, as its
-                # subclasses above change it).
-                if automaton._memo[state].get(token) is not None:
+                if automaton.step_lookups[state](token) is not None:
                     hits[counted // window] += 1
-                step = automaton.advance(state, token)
-                state = step.state
-                stopped = step.end >= 0
+                state, end, _ = automaton.advance(state, token)
+                stopped = end >= 0
             counted += 1
     rates = [count / min(window, len(tokens) - i * window) for i, count in enumerate(hits)]
     overall = sum(hits) / len(tokens)

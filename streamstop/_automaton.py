@@ -52,9 +52,9 @@ import sys
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import TypeAlias
 
 __all__ = ["PASS_THROUGH", "Step", "StopAutomaton", "StopMatch", "Stops", "normalize_stops"]
 
@@ -91,34 +91,34 @@ _SHORT_TEXT = 8
 _LEAF, _CHAIN, _BRANCH = 0, 1, 2
 
 
-class Step(NamedTuple):
-    """What :meth:`StopAutomaton.advance` returns: one step of a stream over a piece of text.
+Step: TypeAlias = tuple[int, int, str | None]
+"""What :meth:`StopAutomaton.advance` returns: one step of a stream over a piece of text, the
+tuple ``(state, end, emitted)``:
 
-    A tuple, so that the per-token paths unpack it at C speed; memoized steps are shared, so
-    never build one to compare with: test :data:`PASS_THROUGH` by identity.
-    """
+- ``state``: the state after the text (after the completed stop, if one completed);
+- ``end``: the offset in the text just past the first completed stop, or -1 if none completed;
+- ``emitted``: when no stop completed, the held text plus the text, less what ``state`` holds
+  (what a buffer that does not include stops emits); ``None`` when a stop completed, and for
+  :data:`PASS_THROUGH`, whose output is the text itself.
 
-    state: int
-    """The state after the text (after the completed stop, if one completed)."""
-    end: int
-    """The offset in the text just past the first completed stop, or -1 if none completed."""
-    emitted: str | None
-    """When no stop completed: the held text plus the text, less what ``state`` holds (what a
-    buffer that does not include stops emits); ``None`` when a stop completed, and for
-    :data:`PASS_THROUGH`, whose output is the text itself."""
+With stop ``"</s>"``: from the root, ``"a</"`` is ``(2, -1, "a")`` (``"</"`` held, in state 2);
+from there, ``"s>b"`` is ``(4, 2, None)`` (the stop ends at offset 2 of ``"s>b"``), and ``"x"``
+is ``(0, -1, "</x")``.
 
-
-# Steps are made on the miss paths only, but there a NamedTuple's own __new__ (a Python
-# function) would cost more than the tuple.
-_new_step = tuple.__new__
+A plain tuple, not a NamedTuple: CPython unpacks an exact tuple in one specialised instruction
+and a tuple subclass through an iterator, which cost 60-130 ns on every token that is held or
+starts a hold (measured with benchmarks/automaton_resources.py --against). Memoized steps are
+shared, so never build one to compare with: test :data:`PASS_THROUGH` by identity.
+"""
 
 # The step from the root over text that completes nothing and ends back at the root: the text
 # passes through untouched. One shared object, so that callers can test it with ``is``.
-PASS_THROUGH = Step(0, -1, None)
-_EMPTY_STEP = Step(0, -1, "")
+PASS_THROUGH: Step = (0, -1, None)
+_EMPTY_STEP: Step = (0, -1, "")
 
 # The memo of every state that has none yet: read-only, shared (see _remember).
 _NO_MEMO: dict[str, Step] = {}
+_NO_LOOKUP = _NO_MEMO.get
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,23 +171,23 @@ def _checked_bytes(name: str, value: object) -> int:
     return value
 
 
-def _text_bytes(text: str) -> int:
-    """What a str of ``text`` takes, at most: ``sys.getsizeof`` for ASCII, an upper bound
-    otherwise (it costs a fraction of getsizeof's method lookup, and every memo miss asks)."""
-    return 49 + len(text) if text.isascii() else 76 + 4 * len(text)
-
-
 def _entry_cost(text: str, step: Step) -> int:
     """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
-    much text (see _MEMO_EMITTED_LIMIT)."""
+    much text (see _MEMO_EMITTED_LIMIT).
+
+    A str takes ``sys.getsizeof``'s figure if ASCII, an upper bound otherwise (written out
+    rather than asked: every memo miss comes here, and getsizeof's lookup, or a helper's call,
+    costs more than the arithmetic).
+    """
+    size = _MEMO_SLOT_BYTES + (49 + len(text) if text.isascii() else 76 + 4 * len(text))
     if step is PASS_THROUGH:
-        return _MEMO_SLOT_BYTES + _text_bytes(text)
+        return size
     emitted = step[2]
     if emitted is None or emitted is text:
-        return _MEMO_SLOT_BYTES + _STEP_BYTES + _text_bytes(text)
+        return size + _STEP_BYTES
     if len(emitted) > _MEMO_EMITTED_LIMIT:
         return sys.maxsize
-    return _MEMO_SLOT_BYTES + _STEP_BYTES + _text_bytes(text) + _text_bytes(emitted)
+    return size + _STEP_BYTES + (49 + len(emitted) if emitted.isascii() else 76 + 4 * len(emitted))
 
 
 def _compile_class(chars: str) -> re.Pattern[str]:
@@ -243,10 +243,9 @@ class StopAutomaton:
         "_kind",
         "_label",
         "_lock",
+        "_lookups",
         "_match_length",
-        "_memo",
         "_memo_budget",
-        "_memo_states",
         "_memo_used",
         "_owner",
         "_passes",
@@ -255,9 +254,11 @@ class StopAutomaton:
         "_root_memo",
         "_start_search",
         "_table_bytes",
+        "_tables",
         "max_stop_length",
         "root_step",
         "start_chars",
+        "step_lookups",
         "stops",
     )
 
@@ -274,14 +275,17 @@ class StopAutomaton:
         self._build_dfa(order)
         del order
         size = len(self._depth)
-        self._memo: list[dict[str, Step]] = [_NO_MEMO] * size
-        # The root's: never replaced (see _forget), so kept at hand too.
+        # The memo: a table per state that has memoized steps, keyed by the token. The root's
+        # is never replaced (see _forget), so kept at hand too.
         self._root_memo: dict[str, Step] = {}
-        self._memo[0] = self._root_memo
-        # The memoized step from the root over a token, or None if the memo does not know it:
-        # one C-level call, for the per-token path of StopBuffer. A lookup, not the table.
-        self.root_step = self._root_memo.get
-        self._memo_states: list[int] = []
+        self._tables: dict[int, dict[str, Step]] = {0: self._root_memo}
+        # Every state's lookup in its table (a bound dict.get; one shared empty table's for the
+        # states with none): what the per-token path of StopBuffer calls, one C-level call with
+        # no Python frame, read-only for everyone else. A lookup, not the table: ``_insert`` and
+        # ``_forget`` swap them as tables come and go.
+        self._lookups: list[Callable[[str], Step | None]] = [_NO_LOOKUP] * size
+        self.root_step = self._lookups[0] = self._root_memo.get
+        self.step_lookups: Sequence[Callable[[str], Step | None]] = self._lookups
         self._memo_used = 0
         self._forgets = 0
         self._refused = 0
@@ -295,7 +299,7 @@ class StopAutomaton:
             if root_goto
             else None
         )
-        self._table_bytes += sys.getsizeof(self._memo) + 2 * sys.getsizeof(self.start_chars)
+        self._table_bytes += sys.getsizeof(self._lookups) + 2 * sys.getsizeof(self.start_chars)
 
     # -- building ----------------------------------------------------------------------------
 
@@ -629,8 +633,8 @@ class StopAutomaton:
         if not state:
             result = self._root_memo.get(text)
             return self.advance_root(text) if result is None else result
-        result = self._memo[state].get(text)
-        return self._from_held(state, text) if result is None else result
+        result = self._lookups[state](text)
+        return self.advance_held(state, text) if result is None else result
 
     def advance_root(self, text: str) -> Step:
         """:meth:`advance` from the root for a text that :attr:`root_step` did not know: the
@@ -645,20 +649,23 @@ class StopAutomaton:
         new_state, end = self.scan(0, text)
         result: Step
         if end >= 0:
-            result = _new_step(Step, (new_state, end, None))
+            result = (new_state, end, None)
         elif not new_state:
             result = PASS_THROUGH
         else:
             # Nothing was held: out goes the text less what the new state holds.
-            result = _new_step(Step, (new_state, -1, text[: len(text) - self._depth[new_state]]))
+            result = (new_state, -1, text[: len(text) - self._depth[new_state]])
         if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
             self._remember(0, text, result)
         return result
 
-    def _from_held(self, state: int, text: str) -> Step:
-        """:meth:`advance` from a state that holds text, not found in the memo."""
+    def advance_held(self, state: int, text: str) -> Step:
+        """:meth:`advance` from a state that holds text (not the root) for a text that its
+        lookup in :attr:`step_lookups` did not know: the walk, memoized, without looking in the
+        memo again (for the buffer's per-token path)."""
         deep = self._deep[state]
         depth = self._depth
+        result: Step
         if text and (
             text[0] not in deep if deep is not None else depth[self._next(state, text[0])] <= 1
         ):
@@ -666,18 +673,16 @@ class StopAutomaton:
             # root's over the same text: release the held text, then the root's answer.
             root_state, end, emitted = self._root_memo.get(text) or self.advance_root(text)
             if end >= 0:
-                result = _new_step(Step, (root_state, end, None))
+                result = (root_state, end, None)
             else:
                 held = self.stops[self._owner[state]][: depth[state]]
-                result = _new_step(
-                    Step, (root_state, -1, held + (text if emitted is None else emitted))
-                )
+                result = (root_state, -1, held + (text if emitted is None else emitted))
             if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
                 self._remember(state, text, result)
             return result
         new_state, end = self._walk_from(state, text)
         if end >= 0:
-            result = _new_step(Step, (new_state, end, None))
+            result = (new_state, end, None)
         else:
             # The held text plus ``text``, less what the new state holds; sliced from a stop
             # through the state, so that it costs what it returns, however much is held.
@@ -689,7 +694,7 @@ class StopAutomaton:
                 emitted = self.stops[self._owner[state]][:count]
             else:
                 emitted = self.stops[self._owner[state]][:held_length] + text[: count - held_length]
-            result = _new_step(Step, (new_state, -1, emitted))
+            result = (new_state, -1, emitted)
         if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
             self._remember(state, text, result)
         return result
@@ -754,8 +759,8 @@ class StopAutomaton:
         if entry > budget:  # the memo is off (0), or a tiny budget: no lock taken
             return
         with self._lock:
-            table = self._memo[state]
-            if table is not _NO_MEMO and self._memo_used + entry <= budget:
+            table = self._tables.get(state)
+            if table is not None and self._memo_used + entry <= budget:
                 table[text] = result
                 self._memo_used += entry
                 return
@@ -773,15 +778,14 @@ class StopAutomaton:
 
     def _table_cost(self, state: int) -> int:
         """What a new entry for ``state`` costs besides itself: the state's table, if new."""
-        return _MEMO_TABLE_BYTES if self._memo[state] is _NO_MEMO else 0
+        return 0 if state in self._tables else _MEMO_TABLE_BYTES
 
     def _insert(self, state: int, text: str, result: Step, cost: int) -> None:
         # Under self._lock.
-        memo = self._memo
-        table = memo[state]
-        if table is _NO_MEMO:
-            table = memo[state] = {}
-            self._memo_states.append(state)
+        table = self._tables.get(state)
+        if table is None:
+            table = self._tables[state] = {}
+            self._lookups[state] = table.get
             cost += _MEMO_TABLE_BYTES
         table[text] = result
         self._memo_used += cost
@@ -792,28 +796,26 @@ class StopAutomaton:
         unused."""
         self._forgets += 1
         shift = self._forgets % 48 if half else 64
-        memo = self._memo
         used = 0
-        states = []
-        for state in (0, *self._memo_states):
+        for state, table in list(self._tables.items()):
             # A new, compact table rather than deletions in place, whose dict keeps its size.
             kept = {
                 text: step
-                for text, step in memo[state].items()
+                for text, step in table.items()
                 if (hash(text) + state) >> shift & 1 and half
             }
             used += sum(_entry_cost(text, step) for text, step in kept.items())
             if not state:
                 # In place: root_step is bound to this table.
-                self._root_memo.clear()
-                self._root_memo.update(kept)
+                table.clear()
+                table.update(kept)
             elif kept:
-                memo[state] = kept
-                states.append(state)
+                self._tables[state] = kept
+                self._lookups[state] = kept.get
                 used += _MEMO_TABLE_BYTES
             else:
-                memo[state] = _NO_MEMO
-        self._memo_states = states
+                del self._tables[state]
+                self._lookups[state] = _NO_LOOKUP
         self._memo_used = used
 
     def memo_items(self) -> list[tuple[int, str, Step]]:
@@ -821,8 +823,8 @@ class StopAutomaton:
         with self._lock:
             return [
                 (state, text, step)
-                for state in (0, *self._memo_states)
-                for text, step in self._memo[state].items()
+                for state, table in self._tables.items()
+                for text, step in table.items()
             ]
 
     # -- what states stand for -----------------------------------------------------------------

@@ -54,6 +54,7 @@ class StopBuffer:
     """
 
     __slots__ = (
+        "_advance_held",
         "_advance_root",
         "_automaton",
         "_decoder",
@@ -61,9 +62,9 @@ class StopBuffer:
         "_fast_state",
         "_finished",
         "_include_stop",
+        "_lookups",
         "_root_step",
         "_state",
-        "_step",
         "_stop_string",
         "_stopped",
         "at_root",
@@ -98,8 +99,9 @@ class StopBuffer:
         automaton = self._automaton
         # Bound once: the per-token path calls them on every token.
         self._root_step = automaton.root_step
+        self._lookups = automaton.step_lookups
         self._advance_root = automaton.advance_root
-        self._step = automaton.advance
+        self._advance_held = automaton.advance_held
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -147,19 +149,21 @@ class StopBuffer:
 
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
-        # The per-token path of every stream, for str chunks while running: at the root, one
-        # dict lookup answers the tokens met before (the automaton's root_step; keyed by str,
-        # so a chunk of another type misses); a token not met before passes in one C-level test
-        # if it has none of the stops' first characters; any other token is one call to the
-        # automaton, usually one dict lookup there (StopAutomaton.advance).
+        # The per-token path of every stream, for str chunks while running: from any state, one
+        # dict lookup answers the tokens met before (the automaton's root_step and
+        # step_lookups; keyed by str, so a chunk of another type misses); a token not met before
+        # passes in one C-level test if it has none of the stops' first characters; any other
+        # is worked out by the automaton. Lookups are read into locals before the call: called
+        # straight off ``self``, a bound method is a lookup CPython 3.11 does not specialise.
         state = self._fast_state
         if not state:
+            root_step = self._root_step
             try:
-                step = self._root_step(chunk)  # type: ignore[arg-type]
+                step = root_step(chunk)  # type: ignore[arg-type]
             except TypeError:  # unhashable, so not text: reported by _feed_other
                 return self._feed_other(chunk)
             if step is PASS_THROUGH:
-                if type(chunk) is str:
+                if chunk.__class__ is str:
                     return chunk
                 # Equal to a known token but a str subclass: given back as plain text, as the
                 # first time it was seen, whatever the shared memo holds.
@@ -167,15 +171,27 @@ class StopBuffer:
             if step is None:
                 if type(chunk) is not str:
                     return self._feed_other(chunk)
-                step = self._advance_root(chunk)
+                advance_root = self._advance_root
+                step = advance_root(chunk)
+                if step is PASS_THROUGH:
+                    return chunk
         else:
-            if state < 0 or type(chunk) is not str:
+            if state < 0:
                 return self._feed_other(chunk)
-            step = self._step(state, chunk)
-        # Here the chunk is a str (a memo hit or the checks above). No typing.cast: it is a
-        # call, on every token.
-        if step is PASS_THROUGH:
-            return chunk  # type: ignore[return-value]
+            lookups = self._lookups
+            try:
+                step = lookups[state](chunk)  # type: ignore[arg-type]
+            except TypeError:
+                return self._feed_other(chunk)
+            if step is None:
+                if chunk.__class__ is not str:
+                    return self._feed_other(chunk)
+                advance_held = self._advance_held
+                step = advance_held(state, chunk)
+        # Here the chunk is a str, maybe of a subclass (a memo hit), and the step is not
+        # PASS_THROUGH (only the root's can be), so its text is plain str anyway: slices and
+        # joins of the plain text it was worked out from. No typing.cast: it is a call, on
+        # every token.
         new_state, end, emitted = step
         if end < 0 and not self._include_stop:
             self._state = self._fast_state = new_state
@@ -205,7 +221,7 @@ class StopBuffer:
             self._state = self._fast_state = new_state
             self.at_root = not new_state
             if self._include_stop or emitted is None:  # None: passed through whole
-                return text
+                return str(text)  # plain text, for a chunk of a str subclass too
             return emitted
         automaton = self._automaton
         stop_length = automaton.match_length(new_state)

@@ -309,6 +309,24 @@ def test_str_subclass_chunk_is_plain_text_after_the_memo_knows_it() -> None:
     assert (piece, type(piece)) == ("hi", str)
 
 
+@pytest.mark.parametrize("include_stop", [False, True])
+def test_str_subclass_chunks_while_text_is_held_are_plain_text(include_stop: bool) -> None:
+    # Every step memoized from plain text first (the shared automaton), then the same tokens
+    # as a str subclass, from a state that holds "<" and from the root.
+    class Token(str):
+        pass
+
+    automaton = StopAutomaton(["</s>"])
+    tokens = ["a<", "b", "<", "/", "x", "c<", "/s", ">d"]
+    expected = StopBuffer(automaton, include_stop=include_stop)
+    wanted = [expected.feed(token) for token in tokens]
+    buffer = StopBuffer(automaton, include_stop=include_stop)
+    pieces = [buffer.feed(Token(token)) for token in tokens]
+    assert pieces == wanted
+    assert [type(piece) for piece in pieces] == [str] * len(tokens)
+    assert buffer.stop_string == "</s>"
+
+
 # -- properties against the brute-force reference
 
 ALPHABET = "ab<>/\n"
