@@ -621,6 +621,14 @@ class StopAutomaton:
         :data:`PASS_THROUGH` (its output is the text itself), so that callers can test for it by
         identity.
 
+        >>> automaton = StopAutomaton(["</s>"])
+        >>> automaton.advance(0, "a</")  # "</" held, in state 2; "a" out
+        (2, -1, 'a')
+        >>> automaton.advance(2, "s>b"), automaton.advance(2, "x")  # a stop ends at 2; released
+        ((4, 2, None), (0, -1, '</x'))
+        >>> automaton.advance(0, "hello") is PASS_THROUGH
+        True
+
         Three answers cost no walk, whatever the number of stops. At the root, steps are
         memoized by the token alone (LLM tokens come from a fixed vocabulary, so a server soon
         answers most with one dict lookup, :attr:`root_step`), and a token not met before with
