@@ -36,10 +36,13 @@ Rules of this module (everything about matching lives here):
 - Where text cannot contain a stop at all, C-level string operations skip it: a compiled
   character class finds the next character that can start a stop.
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
-  a worker thread and runs them on the event loop). Tables are read-only once built; the memo is
-  written under a lock and read without one, each read a single dict lookup (atomic under the
-  GIL, and per-dict locked on free-threaded builds); a memo entry, once written, never changes
-  (it may be forgotten: a reader then misses and works the step out again).
+  a worker thread and runs them on the event loop). Tables are read-only once built. The memo is
+  read without a lock, each read a single dict lookup (atomic under the GIL, and per-dict locked
+  on free-threaded builds); its common write, an entry into a state's existing table within the
+  budget, is two stores, atomic under the GIL, and takes no lock either; new tables, refusals
+  and forgetting are done under a lock, and so is every write on a free-threaded build. A memo
+  entry, once written, never changes (it may be forgotten: a reader then misses and works the
+  step out again).
   :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
 
 Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
@@ -81,6 +84,9 @@ _DFA_BASE_BYTES = 1 << 20
 _MEMO_SLOT_BYTES = 48
 _MEMO_TABLE_BYTES = sys.getsizeof({"": 0})
 _STEP_BYTES = 64
+# Whether the interpreter runs with the GIL (so a single store is atomic; see _remember). A
+# free-threaded build may turn it on later, never off.
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 # A class of characters that can begin a stop longer than this is compiled outside re's cache.
 _CACHED_CLASS = 512
 # Text up to this long is stepped through character by character, without the regex skip.
@@ -764,7 +770,17 @@ class StopAutomaton:
         else:
             entry = _entry_cost(text, result)
         budget = self._memo_budget
-        if entry > budget:  # the memo is off (0), or a tiny budget: no lock taken
+        if entry > budget:  # the memo is off (0), or a tiny budget
+            return
+        table = self._tables.get(state)
+        used = self._memo_used + entry
+        if used <= budget and table is not None and _GIL:
+            # The common write, without the lock: with the GIL, each store is atomic, and
+            # another thread's entry written between the read and the store of _memo_used is
+            # left uncounted until the next _forget counts afresh. An uncontended lock costs
+            # 60 ns to 1 us depending on the machine: up to as much as the rest of a miss.
+            table[text] = result
+            self._memo_used = used
             return
         with self._lock:
             table = self._tables.get(state)
@@ -807,9 +823,10 @@ class StopAutomaton:
         used = 0
         for state, table in list(self._tables.items()):
             # A new, compact table rather than deletions in place, whose dict keeps its size.
+            # A snapshot first (one C call): other threads may add entries meanwhile.
             kept = {
                 text: step
-                for text, step in table.items()
+                for text, step in list(table.items())
                 if (hash(text) + state) >> shift & 1 and half
             }
             used += sum(_entry_cost(text, step) for text, step in kept.items())
@@ -831,8 +848,8 @@ class StopAutomaton:
         with self._lock:
             return [
                 (state, text, step)
-                for state, table in self._tables.items()
-                for text, step in table.items()
+                for state, table in list(self._tables.items())
+                for text, step in list(table.items())
             ]
 
     # -- what states stand for -----------------------------------------------------------------

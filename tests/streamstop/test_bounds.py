@@ -444,6 +444,10 @@ def test_one_automaton_shared_by_threads_answers_as_alone() -> None:
         worker.join()
     assert not errors
     assert automaton.memory_size() - _tables(automaton) <= 1_500
+    # Counted afresh from what the memo holds, not from its running count (written without a
+    # lock under the GIL).
+    held = automaton.memo_items()
+    assert sum(automaton_module._entry_cost(text, step) for _, text, step in held) <= 1_500
 
 
 @pytest.mark.anyio
