@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,32 @@ def _corpus_lines() -> list[str]:
         + "; ".join(corpus.sources)
         + f". Corpus SHA-256 (first 16 hex digits): `{corpus.sha256}`"
         + (" — FALLBACK corpus, not the headline." if corpus.fallback else "."),
+    ]
+
+
+def _proxy_memory_lines() -> list[str]:
+    """Memory per proxy connection, from the tracked results of benchmarks/proxy_overhead.py (a
+    run of servers, not of this script): what its report says, beside this one's."""
+    path = Path(__file__).resolve().parent / "results" / "proxy_overhead.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        servers = ("proxy/h11", "relay/h11")
+        runs = [r for r in raw["runs"] if r["server"] in servers and r["rss_peak"]]
+        top = max(r["concurrency"] for r in runs)
+        grown = {
+            r["server"].split("/")[0]: (r["rss_peak"] - r["rss_idle"]) / r["concurrency"]
+            for r in runs
+            if r["concurrency"] == top
+        }
+        where = f"commit {raw['environment']['commit']}, {raw['environment']['date']}"
+    except (OSError, ValueError, KeyError):
+        return ["Per proxy connection: run `python benchmarks/proxy_overhead.py --write`.", ""]
+    return [
+        f"Per proxy connection (`benchmarks/proxy_overhead.py`, its tracked run at {where}): the "
+        f"proxy's resident memory grew by {grown.get('proxy', float('nan')) / 1024:,.1f} KiB per "
+        f"open stream at {top:,} streams, a bare relay's by "
+        f"{grown.get('relay', float('nan')) / 1024:,.1f} KiB.",
+        "",
     ]
 
 
@@ -251,6 +278,7 @@ def render(
         "A live stream was fed 4 tokens; counted are the filter objects, what they hold, and the "
         "list holding them (8 B each); not the tables shared by the stop set.",
         "",
+        *_proxy_memory_lines(),
         "## Where the time goes (cProfile of the cold run)",
         "",
     ]

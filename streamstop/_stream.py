@@ -99,7 +99,7 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
                         step = root_step(chunk)
                     except TypeError:  # unhashable: feed() reports it
                         step = None
-                    if step is pass_through and type(chunk) is str:
+                    if step is pass_through and chunk.__class__ is str:
                         # A str subclass equal to a known token goes through feed(), which
                         # gives plain text. (No typing.cast: a call on every token.)
                         yield chunk
@@ -163,7 +163,7 @@ class SyncStopStream(_Filtered, SyncSourceStream[str]):
                         step = root_step(chunk)
                     except TypeError:
                         step = None
-                    if step is pass_through and type(chunk) is str:
+                    if step is pass_through and chunk.__class__ is str:
                         yield chunk
                         continue
                 piece = feed(chunk)
