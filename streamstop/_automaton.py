@@ -658,7 +658,14 @@ class StopAutomaton:
             if not text:
                 return _EMPTY_STEP
             if len(text) <= _MEMO_TEXT_LIMIT and self._memo_budget:
-                self._remember(0, text, PASS_THROUGH)
+                # _remember's common write, inlined for the commonest entry (an ASCII token
+                # that passes): a new server makes one per token it has not met before.
+                used = self._memo_used + _MEMO_SLOT_BYTES + 49 + len(text)
+                if used <= self._memo_budget and _GIL and text.isascii():
+                    self._root_memo[text] = PASS_THROUGH
+                    self._memo_used = used
+                else:
+                    self._remember(0, text, PASS_THROUGH)
             return PASS_THROUGH
         new_state, end = self.scan(0, text)
         result: Step
@@ -763,12 +770,7 @@ class StopAutomaton:
         1,024 typical stops over real tokens) outgrew 4 MiB; it follows a change of traffic
         faster, though (both measured in benchmarks/README.md).
         """
-        # _entry_cost, with the common case (a pass-through ASCII token) inlined: every miss
-        # comes here, and a call is a good part of what a miss costs.
-        if result is PASS_THROUGH and text.isascii():
-            entry = _MEMO_SLOT_BYTES + 49 + len(text)
-        else:
-            entry = _entry_cost(text, result)
+        entry = _entry_cost(text, result)
         budget = self._memo_budget
         if entry > budget:  # the memo is off (0), or a tiny budget
             return
