@@ -8,6 +8,8 @@ on real tokens.
     python benchmarks/automaton_resources.py --against /tmp/before  # and per-token cost on
         # ordinary stop sets against an earlier commit, unpacked there with
         # mkdir /tmp/before && git archive COMMIT | tar -x -C /tmp/before
+    python benchmarks/automaton_resources.py --against /tmp/before --instructions  # and the
+        # same counted in instructions (valgrind's cachegrind): a few minutes more
 
 Three sections:
 
@@ -33,17 +35,24 @@ import argparse
 import codecs
 import gc
 import json
+import os
+import pickle
 import platform
 import random
+import re
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import _workload
+from _harness import environment, environment_line
 
 import streamstop._automaton as automaton_module
 from streamstop import StopAutomaton, StopBuffer, split_safe, truncate
@@ -480,6 +489,113 @@ def bench_against(source: Path, rounds: int) -> list[AgainstResult]:
     ]
 
 
+# -- 5. instructions per token, against an earlier version -------------------------------
+
+# Run in a child process under cachegrind, with no import of this script (so that ``streamstop``
+# is the tree's): the same streams as bench_against, ``reps`` times, either through a memo that
+# has seen them ("warm") or with no memo ("memo off").
+_COUNTED = """
+import gc, pickle, sys
+tree, count, reps, mode, data = sys.argv[1:6]
+sys.path.insert(0, tree)
+import streamstop
+with open(data, "rb") as file:
+    tokens, stop_sets = pickle.load(file)
+stops = stop_sets[int(count)]
+if mode == "memo off":
+    try:
+        automaton = streamstop.StopAutomaton(stops, memo_bytes=0)
+    except TypeError:  # before the byte budget: an entry limit, read per step
+        import streamstop._automaton
+        streamstop._automaton._MEMO_LIMIT = 0
+        automaton = streamstop.StopAutomaton(stops)
+else:
+    automaton = streamstop.StopAutomaton(stops)
+    feed = streamstop.StopBuffer(automaton).feed
+    for token in tokens:
+        feed(token)
+# Fresh copies, as a server gets them (hash not cached), made in every run alike: the
+# difference between runs is the feeding alone.
+streams = [[("x" + token)[1:] for token in tokens] for _ in range(2)]
+gc.disable()
+for stream in streams[: int(reps)]:
+    feed = streamstop.StopBuffer(automaton).feed
+    for token in stream:
+        feed(token)
+"""
+INSTRUCTION_MODES = ("warm", "memo off")
+_REPS = 2  # at most 2: the copies the child makes
+
+
+def count_instructions(tree: Path, count: int, reps: int, mode: str, data: Path) -> int:
+    """Instructions the child above executes, as cachegrind counts them (the hash seed fixed,
+    so that dicts lay out alike from run to run)."""
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    done = subprocess.run(
+        [
+            *command,
+            sys.executable,
+            "-c",
+            _COUNTED,
+            str(tree),
+            str(count),
+            str(reps),
+            mode,
+            str(data),
+        ],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in cachegrind's output: {done.stderr[-500:]!r}")
+    return int(found[1].replace(",", ""))
+
+
+def bench_instructions(
+    source: Path,
+    tokens: Sequence[str],
+    counts: Sequence[int],
+    count: Callable[[Path, int, int, str, Path], int] = count_instructions,
+) -> list[AgainstResult]:
+    """Instructions per token on the ordinary stop sets, this version against the ``streamstop``
+    in ``source``: each run with the streams fed ``_REPS`` times less the same run with none,
+    over the tokens fed. Deterministic where wall-clock time on a shared machine is not; blind to
+    cache misses and to what an instruction costs."""
+    with tempfile.TemporaryDirectory(prefix="streamstop-instructions-") as folder:
+        data = Path(folder) / "tokens.pickle"
+        data.write_bytes(pickle.dumps((list(tokens), {c: _workload.stop_set(c) for c in counts})))
+        trees = {"before": source, "after": HERE.parent}
+        jobs = [
+            (mode, c, side, reps)
+            for mode in INSTRUCTION_MODES
+            for c in counts
+            for side in trees
+            for reps in (0, _REPS)
+        ]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(
+                pool.map(lambda job: count(trees[job[2]], job[1], job[3], job[0], data), jobs)
+            )
+    measured = dict(zip(jobs, results, strict=True))
+
+    def per_token(mode: str, c: int, side: str) -> float:
+        fed = measured[mode, c, side, _REPS] - measured[mode, c, side, 0]
+        return fed / (_REPS * len(tokens))
+
+    return [
+        AgainstResult(
+            f"{mode}, {c} stops (instructions/token)",
+            per_token(mode, c, "before"),
+            per_token(mode, c, "after"),
+        )
+        for mode in INSTRUCTION_MODES
+        for c in counts
+    ]
+
+
 # -- report --------------------------------------------------------------------------------------
 
 
@@ -492,14 +608,15 @@ def report(
     token_info: dict[str, Any],
     against: list[AgainstResult] | None = None,
     against_info: str = "",
+    instructions: list[AgainstResult] | None = None,
 ) -> str:
     lines = [
         "# Automaton resources"
         + (" (QUICK smoke run: sizes cut, numbers mean little)" if quick else ""),
         "",
-        f"Python {platform.python_version()} on {platform.machine()}, {platform.system()}; "
-        "a shared machine, so times are noisy (builds: fastest of "
-        f"{config.builds}); bytes from tracemalloc.",
+        environment_line(environment()),
+        "",
+        f"Builds: fastest of {config.builds}; bytes from tracemalloc.",
         "",
         "## Build: time and memory per character of the stops",
         "",
@@ -564,6 +681,22 @@ def report(
             f"| {r.name} | {r.before:,.1f} | {r.after:,.1f} | {r.after / r.before:.2f} |"
             for r in against
         ]
+    if instructions:
+        lines += [
+            "",
+            f"## Ordinary stop sets against {against_info}, in instructions",
+            "",
+            "The same streams, counted by valgrind's cachegrind (each version in a process of its "
+            "own, the hash seed fixed): instructions per token fed. Deterministic, where times on "
+            "this shared machine vary by tens of percent from run to run; blind to cache misses.",
+            "",
+            "| measure | before | after | after/before |",
+            "|---|--:|--:|--:|",
+        ]
+        lines += [
+            f"| {r.name} | {r.before:,.0f} | {r.after:,.0f} | {r.after / r.before:.2f} |"
+            for r in instructions
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -580,7 +713,14 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a checkout of an earlier commit: compare per-token costs on ordinary stop sets",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="with --against: also count instructions per token (needs valgrind)",
+    )
     args = parser.parse_args(argv)
+    if args.instructions and args.against is None:
+        parser.error("--instructions compares against an earlier version: give --against too")
     config = QUICK if args.quick else FULL
     out: Path | None = args.out or (RESULTS if args.write else None)
 
@@ -602,7 +742,24 @@ def main(argv: list[str] | None = None) -> int:
     against = None
     if args.against is not None:
         against = bench_against(args.against, 3 if args.quick else 15)
-    text = report(config, args.quick, builds, calls, memo, token_info, against, str(args.against))
+    instructions = None
+    if args.instructions:
+        tokens = [token for doc in _workload.measured_tokens() for token in doc]
+        counts = (4,) if args.quick else (1, 4, 16, 256, 1024)
+        instructions = bench_instructions(
+            args.against, tokens[: 3_000 if args.quick else 30_000], counts
+        )
+    text = report(
+        config,
+        args.quick,
+        builds,
+        calls,
+        memo,
+        token_info,
+        against,
+        str(args.against),
+        instructions,
+    )
     print(text)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -615,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
             "calls": [asdict(c) for c in calls],
             "memo": [asdict(m) for m in memo],
             "against": [asdict(a) for a in against or []],
+            "instructions": [asdict(a) for a in instructions or []],
             "tokens": token_info,
             "python": sys.version,
         }

@@ -3,8 +3,12 @@ memo policies do what their names say, so that the comparison it prints is fair.
 
 from __future__ import annotations
 
+import pickle
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from streamstop import StopAutomaton, StopBuffer
 
@@ -13,6 +17,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import automaton_resources as script  # noqa: E402
 
+_NO_TOKENS = {"tokens": 0, "distinct": 0, "code": 0, "stop_set": ""}
 TINY = script.Config(scale=1_000, builds=1, tokens=0, window=300, budgets=(6_000,), rounds=1)
 
 
@@ -59,3 +64,32 @@ def test_first_come_freezes_forget_all_forgets_ours_keeps_learning() -> None:
     assert sum(ours.root_step(token) is not None for token in early) < len(early)
     for automaton in (frozen, forget_all, ours):
         assert automaton.memory_size() - automaton._table_bytes <= 8_000
+
+
+def test_instructions_section_counts_per_token_fed() -> None:
+    # A stand-in for cachegrind: the runs with the streams fed count 10 (before) or 8 (after)
+    # more per token than the same runs with none.
+    tokens = ["a", "b", "</s>"]
+
+    def count(tree: Path, stops: int, reps: int, mode: str, data: Path) -> int:
+        assert data.exists()
+        per_token = 10 if tree == Path("/before") else 8
+        return 1_000_000 + reps * len(tokens) * per_token
+
+    results = script.bench_instructions(Path("/before"), tokens, (4,), count)
+    assert [(r.name, r.before, r.after) for r in results] == [
+        ("warm, 4 stops (instructions/token)", 10.0, 8.0),
+        ("memo off, 4 stops (instructions/token)", 10.0, 8.0),
+    ]
+    text = script.report(TINY, True, [], [], [], _NO_TOKENS, None, "/before", results)
+    assert "| warm, 4 stops (instructions/token) | 10 | 8 | 0.80 |" in text
+
+
+@pytest.mark.parametrize("mode", script.INSTRUCTION_MODES)
+def test_counted_child_runs_on_a_tree(tmp_path: Path, mode: str) -> None:
+    # What cachegrind would run, run plainly: it imports the tree's streamstop and feeds.
+    data = tmp_path / "tokens.pickle"
+    data.write_bytes(pickle.dumps((["a", "</", "s>", "b"], {4: ("</s>",)})))
+    tree = BENCHMARKS.parent
+    argv = [sys.executable, "-c", script._COUNTED, str(tree), "4", "2", mode, str(data)]
+    subprocess.run(argv, check=True, timeout=60)
