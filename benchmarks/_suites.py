@@ -393,6 +393,7 @@ async def _passthrough(source: AsyncIterator[str]) -> AsyncIterator[str]:
 ASYNC_LABELS = {
     "source": "source generator alone",
     "passthrough": "bare async pass-through generator (the floor)",
+    "lookup": "pass-through + one dict lookup per token (any memo's floor)",
     "stopstream_4": "StopStream, 4 stops, cold automaton",
     "stopstream_1024": "StopStream, 1024 stops, cold automaton",
 }
@@ -409,6 +410,25 @@ async def _passthrough_all(streams: list[list[str]]) -> None:
     for tokens in streams:
         async for _ in _passthrough(_source(tokens)):
             pass
+
+
+def _lookup_run(vocabulary: dict[str, None]) -> AsyncRun:
+    # What a filter that looks each token up once costs at the least: the pass-through plus one
+    # dict.get of a new str (hashed once) per token, nothing else.
+    lookup = vocabulary.get
+
+    async def with_lookup(source: AsyncIterator[str]) -> AsyncIterator[str]:
+        async for token in source:
+            if lookup(token) is None:
+                pass
+            yield token
+
+    async def run(streams: list[list[str]]) -> None:
+        for tokens in streams:
+            async for _ in with_lookup(_source(tokens)):
+                pass
+
+    return run
 
 
 def _stopstream_run(stops: Sequence[str]) -> AsyncRun:
@@ -451,9 +471,11 @@ def async_overhead(config: Config) -> dict[str, dict[str, Timing]]:
     # Streams without a stop, so that every consumer pulls every token.
     streams = _streams((), config, plant=False)
     stop_sets = {"stopstream_4": _workload.stop_set(4), "stopstream_1024": _workload.stop_set(1024)}
+    vocabulary = dict.fromkeys(token for tokens in streams for token in tokens)
     setups: dict[str, Callable[[], AsyncRun]] = {
         "source": lambda: _source_alone,
         "passthrough": lambda: _passthrough_all,
+        "lookup": lambda: _lookup_run(vocabulary),
     }
     for name, stops in stop_sets.items():
         setups[name] = lambda stops=stops: _stopstream_run(stops)  # type: ignore[misc]
