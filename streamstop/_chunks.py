@@ -32,7 +32,8 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypeGuard, TypeVar
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
@@ -142,9 +143,11 @@ class ChunkFilter(Generic[ChunkT]):
     __slots__ = (
         "_automaton",
         "_buffers",
+        "_done",
         "_finished",
         "_flushed",
         "_include_stop",
+        "_live",
         "_n",
         "_stop_strings",
         "_templates",
@@ -161,11 +164,15 @@ class ChunkFilter(Generic[ChunkT]):
         self._n = check_n(n)
         self._include_stop = bool(include_stop)
         self._buffers: dict[int, StopBuffer] = {}
+        # The buffers of the choices not finished: one lookup tells the usual chunk's choice is
+        # known and live.
+        self._live: dict[int, StopBuffer] = {}
         # The last chunk and choice seen for each choice index: templates for flush().
         self._templates: dict[int, tuple[Any, Any]] = {}
         self._finished: set[int] = set()
         self._stop_strings: dict[int, str] = {}
         self._flushed = False
+        self._done = False  # kept by _finish: read after every chunk, so not computed there
 
     def __repr__(self) -> str:
         return (
@@ -192,10 +199,28 @@ class ChunkFilter(Generic[ChunkT]):
         """Indexes of the choices that will emit nothing more (cut, or finished upstream)."""
         return frozenset(self._finished)
 
-    @property
-    def done(self) -> bool:
-        """Whether the upstream may be closed: all ``n`` choices finished, at least one cut."""
-        return self._n is not None and bool(self._stop_strings) and len(self._finished) >= self._n
+    # Read after every chunk: a getter in C (no Python frame).
+    if TYPE_CHECKING:
+
+        @property
+        def done(self) -> bool:
+            """Whether the upstream may be closed: all ``n`` choices finished, at least one cut."""
+
+    else:
+        done = property(
+            attrgetter("_done"),
+            doc="Whether the upstream may be closed: all ``n`` choices finished, at least one cut.",
+        )
+
+    def _finish(self, index: int, stop: str | None = None) -> None:
+        """Choice ``index`` will emit nothing more (cut by ``stop``, if given)."""
+        self._finished.add(index)
+        self._live.pop(index, None)
+        if stop is not None:
+            self._stop_strings[index] = stop
+        self._done = (
+            self._n is not None and bool(self._stop_strings) and len(self._finished) >= self._n
+        )
 
     def held(self, index: int) -> str:
         """The text held back for choice ``index`` (``""`` if none)."""
@@ -204,6 +229,26 @@ class ChunkFilter(Generic[ChunkT]):
 
     def feed(self, chunk: ChunkT) -> ChunkT | None:
         """Take the next chunk; return it, rewritten if need be, or ``None`` to drop it."""
+        parsed: Any = chunk
+        if type(parsed) is dict:
+            # The usual chunk: parsed JSON, one live choice with text, no finish_reason.
+            choices = parsed.get("choices")
+            if type(choices) is list and len(choices) == 1:
+                choice = choices[0]
+                if type(choice) is dict and choice.get("finish_reason") is None:
+                    delta = choice.get("delta")
+                    if type(delta) is dict:
+                        text = delta.get("content")
+                    else:  # a legacy completion's text, or not the usual chunk
+                        text = choice.get("text") if delta is None else None
+                    index = choice.get("index", 0)
+                    if type(text) is str and text and type(index) is int:
+                        buffer = self._live.get(index)  # None: new, finished, or after flush
+                        if buffer is not None:
+                            usual: ChunkT | None = self._feed_usual(
+                                buffer, index, parsed, choice, delta, text
+                            )
+                            return usual
         if self._flushed:
             raise RuntimeError(f"ChunkFilter.feed({chunk!r}) called after flush()")
         choices = _get(chunk, "choices")
@@ -232,10 +277,27 @@ class ChunkFilter(Generic[ChunkT]):
         result: ChunkT = _replace(chunk, choices=kept)
         return result
 
+    def _feed_usual(
+        self, buffer: StopBuffer, index: int, chunk: Any, choice: Any, delta: Any, text: str
+    ) -> Any:
+        """:meth:`feed` of a chunk of one choice, live, with text and no ``finish_reason``."""
+        piece = buffer.feed(text)
+        if piece == text and not buffer.stopped:
+            # Unchanged. The template is needed only while text is held (see flush): a chunk
+            # after which nothing is held need not be copied into it.
+            if not buffer.at_root:
+                self._templates[index] = (chunk, choice)
+            return chunk
+        self._templates[index] = (chunk, choice)
+        rewritten = self._after_feed(buffer, index, choice, delta, text, None, piece)
+        if rewritten is None and chunk.get("usage") is None:
+            return None
+        return {**chunk, "choices": [] if rewritten is None else [rewritten]}
+
     def _feed_choice(self, index: int, chunk: Any, choice: Any) -> Any:
         buffer = self._buffers.get(index)
         if buffer is None:
-            buffer = self._buffers[index] = StopBuffer(
+            buffer = self._buffers[index] = self._live[index] = StopBuffer(
                 self._automaton, include_stop=self._include_stop
             )
         self._templates[index] = (chunk, choice)
@@ -243,12 +305,24 @@ class ChunkFilter(Generic[ChunkT]):
         piece: str | None = None
         if isinstance(text, str) and text:
             piece = buffer.feed(text)
-            if buffer.stopped:
-                self._finished.add(index)
-                self._stop_strings[index] = buffer.stop_string or ""
-                return self._rewrite(choice, delta, piece, "stop")
+        return self._after_feed(buffer, index, choice, delta, text, finish_reason, piece)
+
+    def _after_feed(
+        self,
+        buffer: StopBuffer,
+        index: int,
+        choice: Any,
+        delta: Any,
+        text: Any,
+        finish_reason: Any,
+        piece: str | None,
+    ) -> Any:
+        """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
+        if piece is not None and buffer.stopped:
+            self._finish(index, buffer.stop_string or "")
+            return self._rewrite(choice, delta, piece, "stop")
         if finish_reason is not None:
-            self._finished.add(index)
+            self._finish(index)
             tail = buffer.flush()
             if tail:
                 piece = (piece or "") + tail
@@ -277,7 +351,7 @@ class ChunkFilter(Generic[ChunkT]):
         for index in sorted(self._buffers):
             if index in self._finished:
                 continue
-            self._finished.add(index)
+            self._finish(index)
             tail = self._buffers[index].flush()
             if tail:
                 out.append(self._synthesize(index, tail))

@@ -18,6 +18,7 @@ Rules of this module (everything about SSE bytes lives here; no anyio, no chunks
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -123,13 +124,26 @@ class SSEDecoder:
     (b'data: b',)
     """
 
-    __slots__ = ("_buffer", "_line_start", "_lines", "_max_event", "_max_line", "_search")
+    __slots__ = (
+        "_buffer",
+        "_line_start",
+        "_lines",
+        "_max_event",
+        "_max_line",
+        "_max_usual",
+        "_search",
+    )
 
     def __init__(
         self, *, max_line_bytes: int | None = None, max_event_bytes: int | None = None
     ) -> None:
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        # The usual read (data_line) is within both limits: one test, not two.
+        self._max_usual = min(
+            sys.maxsize if max_line_bytes is None else max_line_bytes,
+            sys.maxsize if max_event_bytes is None else max_event_bytes,
+        )
         self._buffer = bytearray()  # from the start of the event being received
         self._lines: list[bytes] = []  # its complete lines
         self._line_start = 0  # where its unfinished line starts, in _buffer
@@ -150,9 +164,8 @@ class SSEDecoder:
             if (
                 data[0] != 10  # not a blank line first: that is an event of its own
                 and data.find(b"\n\n") == size - 2
-                and b"\r" not in data
-                and (self._max_event is None or size <= self._max_event)
-                and (self._max_line is None or size <= self._max_line)
+                and data.find(b"\r") < 0  # find, not "in": see data_line
+                and size <= self._max_usual
             ):
                 return [RawEvent(data, tuple(data[:-2].split(b"\n")))]
         buffer += data
@@ -181,9 +194,10 @@ class SSEDecoder:
             and data.startswith(b"data: ")
             and data.find(b"\n") == size - 2
             and data[-1] == 10
-            and b"\r" not in data
-            and (self._max_event is None or size <= self._max_event)
-            and (self._max_line is None or size <= self._max_line)
+            # find, not "in": a bytes "in" first tries its operand as an int, and formats and
+            # clears a TypeError (~2k instructions, more than the whole search).
+            and data.find(b"\r") < 0
+            and size <= self._max_usual
         ):
             return data[6:-2]
         return None

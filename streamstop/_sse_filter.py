@@ -136,13 +136,16 @@ class SSEFilter:
 
     def feed(self, data: bytes) -> bytes:
         """Take the next piece of the body; return the bytes that may be sent now."""
-        if type(data) is not bytes and not isinstance(data, bytearray | memoryview):
+        if type(data) is bytes:
+            if self._done:
+                return b""
+            value = self._decoder.data_line(data)
+            if value is not None:  # the usual read: one event, one data line
+                return self._data(data, value, ())
+        elif not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
-        if self._done:
+        elif self._done:
             return b""
-        value = self._decoder.data_line(data)
-        if value is not None:  # the usual read: one event, one data line
-            return self._data(data, value, ())
         try:
             events = self._decoder.feed(data)
         except SSEFrameTooLarge as error:
@@ -238,7 +241,7 @@ class SSEFilter:
             chunk = _json.loads(data)
         except ValueError:
             return raw
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:  # JSON objects are read as plain dicts
             return raw
         if "error" in chunk and "choices" not in chunk:
             # The upstream failed: what is held may be the start of a stop, so it is dropped.
@@ -249,6 +252,8 @@ class SSEFilter:
         chunks = self._chunks
         out = chunks.feed(chunk)
         if out is chunk:
+            if not chunks.done:
+                return raw  # the usual event
             result = raw
         elif out is None:
             result = b""
