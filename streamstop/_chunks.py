@@ -31,7 +31,7 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 ChunkT = TypeVar("ChunkT")
+
+# What ChunkFilter._usual answers for a chunk that is not the usual one.
+NOT_USUAL: Any = object()
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -229,26 +232,10 @@ class ChunkFilter(Generic[ChunkT]):
 
     def feed(self, chunk: ChunkT) -> ChunkT | None:
         """Take the next chunk; return it, rewritten if need be, or ``None`` to drop it."""
-        parsed: Any = chunk
-        if type(parsed) is dict:
-            # The usual chunk: parsed JSON, one live choice with text, no finish_reason.
-            choices = parsed.get("choices")
-            if type(choices) is list and len(choices) == 1:
-                choice = choices[0]
-                if type(choice) is dict and choice.get("finish_reason") is None:
-                    delta = choice.get("delta")
-                    if type(delta) is dict:
-                        text = delta.get("content")
-                    else:  # a legacy completion's text, or not the usual chunk
-                        text = choice.get("text") if delta is None else None
-                    index = choice.get("index", 0)
-                    if type(text) is str and text and type(index) is int:
-                        buffer = self._live.get(index)  # None: new, finished, or after flush
-                        if buffer is not None:
-                            usual: ChunkT | None = self._feed_usual(
-                                buffer, index, parsed, choice, delta, text
-                            )
-                            return usual
+        usual = self._usual(chunk)
+        if usual is not NOT_USUAL:
+            result: ChunkT | None = usual
+            return result
         if self._flushed:
             raise RuntimeError(f"ChunkFilter.feed({chunk!r}) called after flush()")
         choices = _get(chunk, "choices")
@@ -274,21 +261,55 @@ class ChunkFilter(Generic[ChunkT]):
             return chunk
         if not kept and _get(chunk, "usage") is None:
             return None
-        result: ChunkT = _replace(chunk, choices=kept)
-        return result
+        return _replace(chunk, choices=kept)  # type: ignore[no-any-return]
 
-    def _feed_usual(
-        self, buffer: StopBuffer, index: int, chunk: Any, choice: Any, delta: Any, text: str
+    def _usual(
+        self, chunk: Any, source: Any = None, reread: Callable[[Any], Any] | None = None
     ) -> Any:
-        """:meth:`feed` of a chunk of one choice, live, with text and no ``finish_reason``."""
+        """:meth:`feed` of the usual chunk: a dict (parsed JSON) of one choice, live, with text
+        and no ``finish_reason``; :data:`NOT_USUAL` for any other chunk, nothing done.
+
+        Besides the structure and the text, it reads only the choice's index, and only if it
+        is an int: a reader that may read integers beyond 64 bits as floats (``loads_lossy``)
+        finds the same usual chunks. Such a reader passes ``reread``: before the chunk is kept
+        (as the template of its choice) or rewritten, ``reread(source)`` returns it read
+        exactly (``None``: it was), so that what is written later holds the exact values. An
+        unchanged chunk is returned as given."""
+        if type(chunk) is not dict:
+            return NOT_USUAL
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return NOT_USUAL
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return NOT_USUAL
+        delta = choice.get("delta")
+        if type(delta) is dict:
+            text = delta.get("content")
+        else:  # a legacy completion's text, or not the usual chunk
+            text = choice.get("text") if delta is None else None
+        index = choice.get("index", 0)
+        if type(text) is not str or not text or type(index) is not int:
+            return NOT_USUAL
+        buffer = self._live.get(index)
+        if buffer is None:  # a new choice, one finished, or after flush
+            return NOT_USUAL
         piece = buffer.feed(text)
-        if piece == text and not buffer.stopped:
-            # Unchanged. The template is needed only while text is held (see flush): a chunk
-            # after which nothing is held need not be copied into it.
-            if not buffer.at_root:
-                self._templates[index] = (chunk, choice)
+        unchanged = piece == text and not buffer.stopped
+        # The template is needed only while text is held (see flush): an unchanged chunk after
+        # which nothing is held need not be kept (nor read again).
+        if unchanged and buffer.at_root:
             return chunk
+        given = chunk
+        if reread is not None:
+            exact = reread(source)
+            if exact is not None:
+                chunk = exact  # the same structure and text: only numbers differ
+                choice = chunk["choices"][0]
+                delta = choice.get("delta")
         self._templates[index] = (chunk, choice)
+        if unchanged:
+            return given
         rewritten = self._after_feed(buffer, index, choice, delta, text, None, piece)
         if rewritten is None and chunk.get("usage") is None:
             return None

@@ -154,6 +154,11 @@ class SSEDecoder:
         """The bytes of the event not yet complete."""
         return bytes(self._buffer)
 
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is pending: the next read starts an event (no copy made)."""
+        return not self._buffer
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RawEvent]:
         buffer = self._buffer
         if not buffer and data[-2:] == b"\n\n":

@@ -15,16 +15,21 @@ events becomes):
   text, up to and including the one that completed the stop; ``prompt_tokens`` is the
   upstream's, if any of its chunks carried ``usage``, else ``null`` (and ``total_tokens`` too):
   numbers are never made up.
+- The usual read (one whole event, one ``data:`` line, one live choice with text and no
+  ``finish_reason``) takes a short path with the same result: JSON read by
+  ``_json.loads_lossy`` (an event sent as it came needs no exact numbers), and read again
+  exactly before anything is written from it (tests/server/test_sse_usual.py pins it).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from . import _json
 from ._automaton import StopAutomaton, Stops
-from ._chunks import ChunkFilter
+from ._chunks import NOT_USUAL, ChunkFilter
 from ._sse import (
     DONE_EVENT,
     RawEvent,
@@ -40,6 +45,11 @@ __all__ = ["SSEFilter"]
 
 # The fields of a chunk copied into the usage chunk sent after a cut.
 _HEAD_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
+
+
+def _reread(value: bytes) -> dict[str, Any] | None:
+    """The chunk ``value`` read exactly, or ``None`` if ``_json.loads_lossy`` read it so."""
+    return None if _json.exact(value) else _json.loads(value)
 
 
 def _text_count(chunk: dict[str, Any]) -> int:
@@ -84,7 +94,9 @@ class SSEFilter:
         "_done",
         "_error",
         "_head",
+        "_idle",
         "_include_usage",
+        "_max_usual",
         "_prompt_tokens",
     )
 
@@ -100,6 +112,12 @@ class SSEFilter:
     ) -> None:
         self._chunks: ChunkFilter[Any] = ChunkFilter(stops, n=n, include_stop=include_stop)
         self._decoder = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
+        self._idle = True  # the decoder's idle, kept: read on every read, asked after a feed
+        # The usual read is within both limits: one test.
+        self._max_usual = min(
+            sys.maxsize if max_line_bytes is None else max_line_bytes,
+            sys.maxsize if max_event_bytes is None else max_event_bytes,
+        )
         self._done = False
         self._error: str | None = None
         self._include_usage = bool(include_usage)
@@ -139,9 +157,36 @@ class SSEFilter:
         if type(data) is bytes:
             if self._done:
                 return b""
-            value = self._decoder.data_line(data)
-            if value is not None:  # the usual read: one event, one data line
-                return self._data(data, value, ())
+            size = len(data)
+            if (
+                self._idle
+                and size <= self._max_usual
+                and data.startswith(b"data: {")
+                and data.find(b"\n") == size - 2
+                and data[-1] == 10
+                # find, not "in": a bytes "in" first tries its operand as an int, and formats
+                # and clears a TypeError (~2k instructions, more than the whole search).
+                and data.find(b"\r") < 0
+                and not self._include_usage  # it reads numbers: the general path
+            ):
+                # The usual read: one whole event of one data line, a JSON object, nothing
+                # pending (what SSEDecoder.data_line takes); the usual chunk in it, read lossily
+                # (see _json.loads_lossy): an event sent as it came needs no exact numbers.
+                value = data[6:-2]
+                try:
+                    chunk = _json.loads_lossy(value)
+                except ValueError:
+                    return data
+                chunks = self._chunks
+                out = chunks._usual(chunk, value, _reread)
+                if out is chunk:
+                    if not chunks.done:
+                        return data
+                elif out is NOT_USUAL:
+                    if not _json.exact(value):
+                        chunk = _json.loads(value)
+                    return self._chunk(data, chunk, ())
+                return self._sent(data, chunk, out, ())
         elif not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
         elif self._done:
@@ -151,6 +196,7 @@ class SSEFilter:
         except SSEFrameTooLarge as error:
             out = self._events(error.events)
             return out + self._too_large(error)
+        self._idle = self._decoder.idle
         if len(events) == 1:  # the usual read: one event, no list to join
             return self._event(events[0])
         return self._events(events)
@@ -243,6 +289,10 @@ class SSEFilter:
             return raw
         if type(chunk) is not dict:  # JSON objects are read as plain dicts
             return raw
+        return self._chunk(raw, chunk, others)
+
+    def _chunk(self, raw: bytes, chunk: dict[str, Any], others: Sequence[bytes]) -> bytes:
+        """What is sent for the event ``raw`` holding ``chunk`` (read exactly)."""
         if "error" in chunk and "choices" not in chunk:
             # The upstream failed: what is held may be the start of a stop, so it is dropped.
             self.fail(chunk)
@@ -251,9 +301,15 @@ class SSEFilter:
             self._count(chunk)
         chunks = self._chunks
         out = chunks.feed(chunk)
+        if out is chunk and not chunks.done:
+            return raw  # the usual event
+        return self._sent(raw, chunk, out, others)
+
+    def _sent(self, raw: bytes, chunk: dict[str, Any], out: Any, others: Sequence[bytes]) -> bytes:
+        """What is sent for the event ``raw``, once its ``chunk`` went through the chunk filter
+        and came out as ``out``."""
+        chunks = self._chunks
         if out is chunk:
-            if not chunks.done:
-                return raw  # the usual event
             result = raw
         elif out is None:
             result = b""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamstop import _json
 from streamstop._chunks import ChunkFilter
 from streamstop._sse_filter import SSEFilter
 
@@ -209,6 +210,43 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
         {},
         changed("a") + b": ping\n\n" + changed("<b"),
     ),
+    # The usual path reads lossily (orjson: an integer beyond 64 bits as a float); what it
+    # rewrites keeps the upstream's exact values.
+    "an integer beyond 64 bits in a changed usual event": (
+        [
+            usual("a"),
+            b'data: {"created":123456789012345678901234567890,"choices":[{"index":0,'
+            b'"delta":{"content":"b<"},"logprobs":{"ids":[18446744073709551616]}}]}\n\n',
+        ],
+        {},
+        usual("a") + b'data: {"created":123456789012345678901234567890,"choices":[{"index":0,'
+        b'"delta":{"content":"b"},"logprobs":{"ids":[18446744073709551616]}}]}\n\n'
+        + b'data: {"created":123456789012345678901234567890,"choices":[{"index":0,'
+        b'"delta":{"content":"<"},"logprobs":null,"finish_reason":null}]}\n\n',
+    ),
+    "an integer beyond 64 bits in a usual event cut": (
+        [
+            usual("a"),
+            b'data: {"n":-99999999999999999999,"choices":[{"delta":{"content":"</s>"}}]}\n\n',
+        ],
+        {"n": 1},
+        usual("a") + b'data: {"n":-99999999999999999999,"choices":[{"delta":{"content":""},'
+        b'"finish_reason":"stop"}]}\n\n' + DONE,
+    ),
+    "a choice index beyond 64 bits is a choice": (
+        [
+            b'data: {"choices":[{"index":123456789012345678901,"delta":{"content":"a<"}}]}\n\n',
+            b'data: {"choices":[{"index":123456789012345678901,"delta":{"content":"b"}}]}\n\n',
+        ],
+        {},
+        b'data: {"choices":[{"index":123456789012345678901,"delta":{"content":"a"}}]}\n\n'
+        b'data: {"choices":[{"index":123456789012345678901,"delta":{"content":"<b"}}]}\n\n',
+    ),
+    "nineteen digits in the text": (
+        [usual("1234567890123456789<"), usual("b")],
+        {},
+        changed("1234567890123456789") + changed("<b"),
+    ),
     "include_usage after a cut": (
         [usual("a"), usual("b</s>")],
         {"n": 1, "include_usage": True},
@@ -284,3 +322,23 @@ def test_feeding_after_flush_is_an_error_on_the_usual_path_too() -> None:
     chunks.flush()
     with pytest.raises(RuntimeError, match="after flush"):
         chunks.feed({"choices": [{"index": 0, "delta": {"content": "b"}}]})
+
+
+# -- the lossy read the usual path takes (streamstop._json) ----------------------------------------
+
+LOSSY_CASES: dict[str, tuple[bytes, bool]] = {
+    "the usual event": (usual("a")[6:-2], True),
+    "18 digits": (b'{"n":123456789012345678}', True),
+    "19 digits in a number": (b'{"n":1234567890123456789}', False),
+    "19 digits in a string": (b'{"s":"1234567890123456789"}', False),
+    "beyond 64 bits": (b'{"n":123456789012345678901234567890}', False),
+    "NaN": (b'{"n":NaN}', True),
+}
+
+
+@pytest.mark.parametrize("case", LOSSY_CASES)
+def test_loads_lossy_reads_as_loads_where_exact_says_so(case: str) -> None:
+    document, exact = LOSSY_CASES[case]
+    assert _json.exact(document) is (exact or _json.backend() == "json")
+    if _json.exact(document):
+        assert repr(_json.loads_lossy(document)) == repr(_json.loads(document))
