@@ -63,6 +63,8 @@ def encode_event(payload: object, other_lines: Iterable[bytes] = ()) -> bytes:
     (:func:`streamstop._json.dumps`).
     """
     data = _json.dumps(payload)
+    if not other_lines:  # the usual: no generator to run
+        return b"".join((b"data: ", data, b"\n\n"))
     return b"".join(line + b"\n" for line in other_lines) + b"data: " + data + b"\n\n"
 
 
@@ -169,7 +171,7 @@ class SSEDecoder:
             if (
                 data[0] != 10  # not a blank line first: that is an event of its own
                 and data.find(b"\n\n") == size - 2
-                and data.find(b"\r") < 0  # find, not "in": see data_line
+                and 13 not in data  # an int operand: see data_line
                 and size <= self._max_usual
             ):
                 return [RawEvent(data, tuple(data[:-2].split(b"\n")))]
@@ -199,9 +201,9 @@ class SSEDecoder:
             and data.startswith(b"data: ")
             and data.find(b"\n") == size - 2
             and data[-1] == 10
-            # find, not "in": a bytes "in" first tries its operand as an int, and formats and
-            # clears a TypeError (~2k instructions, more than the whole search).
-            and data.find(b"\r") < 0
+            # An int operand: a bytes one ("\r") would have "in" try it as an int first, and
+            # format and clear a TypeError (~2k instructions, more than the whole search).
+            and 13 not in data
             and size <= self._max_usual
         ):
             return data[6:-2]
