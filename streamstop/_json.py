@@ -25,9 +25,10 @@ Rules of this module (the only place the event paths choose how JSON is read and
   Only re-encoded events show it (an event the filter leaves alone passes byte for byte).
 - :func:`loads_lossy` is :func:`loads` without the check for long runs of digits (a
   translate and a search of the whole document: about a third of orjson's own cost on the
-  usual event): an integer beyond 64 bits may come back as a float. For a caller that reads only strings, structure and ``None``-ness and forwards the
-  document's own bytes; before writing what it read, it asks :func:`exact`, and if not, reads
-  the document again with :func:`loads`.
+  usual event): an integer beyond 64 bits may come back as a float. For a caller that reads
+  only strings, structure and ``None``-ness and forwards the document's own bytes; before
+  writing what it read, it asks :func:`exact`, and if not, reads the document again with
+  :func:`loads`.
 - :func:`use` switches the codec (``"orjson"`` or ``"json"``) and returns the previous one's
   name: for tests, which run every case on both, and to compare them. Callers look the
   functions up on this module (``_json.loads(...)``), so a switch reaches them.
