@@ -47,6 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,10 +264,12 @@ def _role(args: argparse.Namespace) -> None:
 class Child:
     """A child process that prints a URL when it is ready."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         # stderr goes to a file: a pipe nobody reads could fill up and block the child.
         self.errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 - lives as long as the child
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self.errors, text=True, env=env
+        )
         assert self.process.stdout is not None
         self.url = ""
         deadline = time.monotonic() + 60
@@ -559,6 +562,72 @@ def profile_by_package(path: str, events: int) -> dict[str, Any]:
     }
 
 
+# -- instructions per event ---------------------------------------------------------------------
+
+# Streams counted in instructions: one stream, and 32 at once (about 2,000 events each).
+INSTRUCTION_LEVELS = (Level(1, 1, 2000), Level(32, 32, 60))
+QUICK_INSTRUCTION_LEVELS = (Level(1, 1, 100),)
+
+
+def count_instructions(role: str, upstream: str, level: Level | None) -> int:
+    """Instructions a server process (``role``) executes from its start to its exit, as
+    valgrind's cachegrind counts them: started, warmed up, then ``level``'s streams (none if
+    ``None``), then stopped. The hash seed fixed, so that runs lay dicts out alike."""
+    with tempfile.TemporaryDirectory(prefix="proxy-instructions-") as folder:
+        counts = Path(folder) / "cachegrind.out"
+        argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        argv += [f"--cachegrind-out-file={counts}", sys.executable, str(Path(__file__).resolve())]
+        argv += ["--role", role, "--upstream", upstream, "--http", "h11"]
+        server = Child(argv, env={**os.environ, "PYTHONHASHSEED": "0"})
+        try:
+            _warm_up(server)
+            if level is not None:
+                asyncio.run(_drive(server.url, level))
+        finally:
+            server.stop()
+        found = re.search(r"^summary:\s+(\d+)", counts.read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no instruction count in cachegrind's output for {role}")
+    return int(found[1])
+
+
+def bench_instructions(levels: Sequence[Level]) -> list[dict[str, Any]]:
+    """Instructions per event of the relay and the proxy: a run with ``level``'s streams less a
+    run without, over the events. Deterministic where CPU time on a shared machine is not;
+    blind to cache misses and system calls' own cost."""
+    upstream = _child("upstream")
+    try:
+        jobs = [
+            (role, level, with_events)
+            for level in levels
+            for role in ("relay", "proxy")
+            for with_events in (False, True)
+        ]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            counted = list(
+                pool.map(
+                    lambda job: count_instructions(
+                        job[0], upstream.url, job[1] if job[2] else None
+                    ),
+                    jobs,
+                )
+            )
+    finally:
+        upstream.stop()
+    measured = dict(zip(jobs, counted, strict=True))
+    return [
+        {
+            "role": role,
+            "concurrency": level.concurrency,
+            "events": level.streams * level.events,
+            "per_event": (measured[role, level, True] - measured[role, level, False])
+            / (level.streams * level.events),
+        }
+        for level in levels
+        for role in ("relay", "proxy")
+    ]
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -709,7 +778,27 @@ def render(
                 met,
             ]
         )
+    counted = {(r["role"], r["concurrency"]): r for r in result.get("instructions", [])}
+    for concurrency in sorted({c for _, c in counted}):
+        relay_count, proxy_count = counted[("relay", concurrency)], counted[("proxy", concurrency)]
+        ratio = proxy_count["per_event"] / relay_count["per_event"]
+        rows.append(
+            [
+                f"proxy / bare relay, instructions per event, {concurrency} streams",
+                f"{ratio:.2f}x ({proxy_count['per_event']:,.0f} / {relay_count['per_event']:,.0f})",
+                "≤ 1.5x (aim 1.15x)",
+                "yes" if ratio <= 1.5 else "**NO**",
+            ]
+        )
     parts += [table(["target", "measured", "limit", "met"], rows), ""]
+    if counted:
+        parts += [
+            "Instructions: each server run under valgrind's cachegrind (hash seed fixed), "
+            "warmed up, with and without the streams; the difference over the events. "
+            "Deterministic, where CPU time on this shared machine moves by tens of percent from "
+            "run to run; blind to cache misses and to the kernel's side of system calls.",
+            "",
+        ]
     parts += ["## Per event", ""]
     rows = []
     for level in levels:
@@ -830,6 +919,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument("--out", type=Path, default=None, help="folder for the report")
     parser.add_argument("--profile", action="store_true", help="also profile both servers")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per server (2; quick 1)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per event of both servers (needs valgrind; 2-3 min)",
+    )
     parser.add_argument("--role", choices=("upstream", "relay", "proxy"), help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--http", default="h11", help=argparse.SUPPRESS)
@@ -856,6 +950,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds,
             args.profile,
             Path(tmp),
+        )
+    if args.instructions:
+        result["instructions"] = bench_instructions(
+            QUICK_INSTRUCTION_LEVELS if args.quick else INSTRUCTION_LEVELS
         )
     text = render(result, levels, args.quick, env)
     text += f"\nThis run took {time.perf_counter() - started:.0f} s.\n"

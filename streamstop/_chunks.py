@@ -31,8 +31,9 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Generic, TypeGuard, TypeVar
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
@@ -47,6 +48,9 @@ __all__ = [
 ]
 
 ChunkT = TypeVar("ChunkT")
+
+# What ChunkFilter._usual answers for a chunk that is not the usual one.
+NOT_USUAL: Any = object()
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -142,9 +146,11 @@ class ChunkFilter(Generic[ChunkT]):
     __slots__ = (
         "_automaton",
         "_buffers",
+        "_done",
         "_finished",
         "_flushed",
         "_include_stop",
+        "_live",
         "_n",
         "_stop_strings",
         "_templates",
@@ -161,11 +167,15 @@ class ChunkFilter(Generic[ChunkT]):
         self._n = check_n(n)
         self._include_stop = bool(include_stop)
         self._buffers: dict[int, StopBuffer] = {}
+        # The buffers of the choices not finished: one lookup tells the usual chunk's choice is
+        # known and live.
+        self._live: dict[int, StopBuffer] = {}
         # The last chunk and choice seen for each choice index: templates for flush().
         self._templates: dict[int, tuple[Any, Any]] = {}
         self._finished: set[int] = set()
         self._stop_strings: dict[int, str] = {}
         self._flushed = False
+        self._done = False  # kept by _finish: read after every chunk, so not computed there
 
     def __repr__(self) -> str:
         return (
@@ -192,10 +202,28 @@ class ChunkFilter(Generic[ChunkT]):
         """Indexes of the choices that will emit nothing more (cut, or finished upstream)."""
         return frozenset(self._finished)
 
-    @property
-    def done(self) -> bool:
-        """Whether the upstream may be closed: all ``n`` choices finished, at least one cut."""
-        return self._n is not None and bool(self._stop_strings) and len(self._finished) >= self._n
+    # Read after every chunk: a getter in C (no Python frame).
+    if TYPE_CHECKING:
+
+        @property
+        def done(self) -> bool:
+            """Whether the upstream may be closed: all ``n`` choices finished, at least one cut."""
+
+    else:
+        done = property(
+            attrgetter("_done"),
+            doc="Whether the upstream may be closed: all ``n`` choices finished, at least one cut.",
+        )
+
+    def _finish(self, index: int, stop: str | None = None) -> None:
+        """Choice ``index`` will emit nothing more (cut by ``stop``, if given)."""
+        self._finished.add(index)
+        self._live.pop(index, None)
+        if stop is not None:
+            self._stop_strings[index] = stop
+        self._done = (
+            self._n is not None and bool(self._stop_strings) and len(self._finished) >= self._n
+        )
 
     def held(self, index: int) -> str:
         """The text held back for choice ``index`` (``""`` if none)."""
@@ -204,6 +232,10 @@ class ChunkFilter(Generic[ChunkT]):
 
     def feed(self, chunk: ChunkT) -> ChunkT | None:
         """Take the next chunk; return it, rewritten if need be, or ``None`` to drop it."""
+        usual = self._usual(chunk)
+        if usual is not NOT_USUAL:
+            result: ChunkT | None = usual
+            return result
         if self._flushed:
             raise RuntimeError(f"ChunkFilter.feed({chunk!r}) called after flush()")
         choices = _get(chunk, "choices")
@@ -229,13 +261,64 @@ class ChunkFilter(Generic[ChunkT]):
             return chunk
         if not kept and _get(chunk, "usage") is None:
             return None
-        result: ChunkT = _replace(chunk, choices=kept)
-        return result
+        return _replace(chunk, choices=kept)  # type: ignore[no-any-return]
+
+    def _usual(
+        self, chunk: Any, source: Any = None, reread: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """:meth:`feed` of the usual chunk: a dict (parsed JSON) of one choice, live, with text
+        and no ``finish_reason``; :data:`NOT_USUAL` for any other chunk, nothing done.
+
+        Besides the structure and the text, it reads only the choice's index, and only if it
+        is an int: a reader that may read integers beyond 64 bits as floats (``loads_lossy``)
+        finds the same usual chunks. Such a reader passes ``reread``: before the chunk is kept
+        (as the template of its choice) or rewritten, ``reread(source)`` returns it read
+        exactly (``None``: it was), so that what is written later holds the exact values. An
+        unchanged chunk is returned as given."""
+        if type(chunk) is not dict:
+            return NOT_USUAL
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return NOT_USUAL
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return NOT_USUAL
+        delta = choice.get("delta")
+        if type(delta) is dict:
+            text = delta.get("content")
+        else:  # a legacy completion's text, or not the usual chunk
+            text = choice.get("text") if delta is None else None
+        index = choice.get("index", 0)
+        if type(text) is not str or not text or type(index) is not int:
+            return NOT_USUAL
+        buffer = self._live.get(index)
+        if buffer is None:  # a new choice, one finished, or after flush
+            return NOT_USUAL
+        piece = buffer.feed(text)
+        unchanged = piece == text and not buffer.stopped
+        # The template is needed only while text is held (see flush): an unchanged chunk after
+        # which nothing is held need not be kept (nor read again).
+        if unchanged and buffer.at_root:
+            return chunk
+        given = chunk
+        if reread is not None:
+            exact = reread(source)
+            if exact is not None:
+                chunk = exact  # the same structure and text: only numbers differ
+                choice = chunk["choices"][0]
+                delta = choice.get("delta")
+        self._templates[index] = (chunk, choice)
+        if unchanged:
+            return given
+        rewritten = self._after_feed(buffer, index, choice, delta, text, None, piece)
+        if rewritten is None and chunk.get("usage") is None:
+            return None
+        return {**chunk, "choices": [] if rewritten is None else [rewritten]}
 
     def _feed_choice(self, index: int, chunk: Any, choice: Any) -> Any:
         buffer = self._buffers.get(index)
         if buffer is None:
-            buffer = self._buffers[index] = StopBuffer(
+            buffer = self._buffers[index] = self._live[index] = StopBuffer(
                 self._automaton, include_stop=self._include_stop
             )
         self._templates[index] = (chunk, choice)
@@ -243,12 +326,24 @@ class ChunkFilter(Generic[ChunkT]):
         piece: str | None = None
         if isinstance(text, str) and text:
             piece = buffer.feed(text)
-            if buffer.stopped:
-                self._finished.add(index)
-                self._stop_strings[index] = buffer.stop_string or ""
-                return self._rewrite(choice, delta, piece, "stop")
+        return self._after_feed(buffer, index, choice, delta, text, finish_reason, piece)
+
+    def _after_feed(
+        self,
+        buffer: StopBuffer,
+        index: int,
+        choice: Any,
+        delta: Any,
+        text: Any,
+        finish_reason: Any,
+        piece: str | None,
+    ) -> Any:
+        """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
+        if piece is not None and buffer.stopped:
+            self._finish(index, buffer.stop_string or "")
+            return self._rewrite(choice, delta, piece, "stop")
         if finish_reason is not None:
-            self._finished.add(index)
+            self._finish(index)
             tail = buffer.flush()
             if tail:
                 piece = (piece or "") + tail
@@ -277,7 +372,7 @@ class ChunkFilter(Generic[ChunkT]):
         for index in sorted(self._buffers):
             if index in self._finished:
                 continue
-            self._finished.add(index)
+            self._finish(index)
             tail = self._buffers[index].flush()
             if tail:
                 out.append(self._synthesize(index, tail))

@@ -18,6 +18,7 @@ Rules of this module (everything about SSE bytes lives here; no anyio, no chunks
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -62,6 +63,8 @@ def encode_event(payload: object, other_lines: Iterable[bytes] = ()) -> bytes:
     (:func:`streamstop._json.dumps`).
     """
     data = _json.dumps(payload)
+    if not other_lines:  # the usual: no generator to run
+        return b"".join((b"data: ", data, b"\n\n"))
     return b"".join(line + b"\n" for line in other_lines) + b"data: " + data + b"\n\n"
 
 
@@ -123,13 +126,26 @@ class SSEDecoder:
     (b'data: b',)
     """
 
-    __slots__ = ("_buffer", "_line_start", "_lines", "_max_event", "_max_line", "_search")
+    __slots__ = (
+        "_buffer",
+        "_line_start",
+        "_lines",
+        "_max_event",
+        "_max_line",
+        "_max_usual",
+        "_search",
+    )
 
     def __init__(
         self, *, max_line_bytes: int | None = None, max_event_bytes: int | None = None
     ) -> None:
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        # The usual read (data_line) is within both limits: one test, not two.
+        self._max_usual = min(
+            sys.maxsize if max_line_bytes is None else max_line_bytes,
+            sys.maxsize if max_event_bytes is None else max_event_bytes,
+        )
         self._buffer = bytearray()  # from the start of the event being received
         self._lines: list[bytes] = []  # its complete lines
         self._line_start = 0  # where its unfinished line starts, in _buffer
@@ -139,6 +155,11 @@ class SSEDecoder:
     def pending(self) -> bytes:
         """The bytes of the event not yet complete."""
         return bytes(self._buffer)
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is pending: the next read starts an event (no copy made)."""
+        return not self._buffer
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RawEvent]:
         buffer = self._buffer
@@ -150,9 +171,8 @@ class SSEDecoder:
             if (
                 data[0] != 10  # not a blank line first: that is an event of its own
                 and data.find(b"\n\n") == size - 2
-                and b"\r" not in data
-                and (self._max_event is None or size <= self._max_event)
-                and (self._max_line is None or size <= self._max_line)
+                and 13 not in data  # an int operand: see data_line
+                and size <= self._max_usual
             ):
                 return [RawEvent(data, tuple(data[:-2].split(b"\n")))]
         buffer += data
@@ -181,9 +201,10 @@ class SSEDecoder:
             and data.startswith(b"data: ")
             and data.find(b"\n") == size - 2
             and data[-1] == 10
-            and b"\r" not in data
-            and (self._max_event is None or size <= self._max_event)
-            and (self._max_line is None or size <= self._max_line)
+            # An int operand: a bytes one ("\r") would have "in" try it as an int first, and
+            # format and clear a TypeError (~2k instructions, more than the whole search).
+            and 13 not in data
+            and size <= self._max_usual
         ):
             return data[6:-2]
         return None

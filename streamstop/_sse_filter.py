@@ -15,16 +15,22 @@ events becomes):
   text, up to and including the one that completed the stop; ``prompt_tokens`` is the
   upstream's, if any of its chunks carried ``usage``, else ``null`` (and ``total_tokens`` too):
   numbers are never made up.
+- The usual read (one whole event, one ``data:`` line, one live choice with text and no
+  ``finish_reason``) takes a short path with the same result: JSON read by
+  ``_json.loads_lossy`` (an event sent as it came needs no exact numbers), and read again
+  exactly before anything is written from it (tests/server/test_sse_usual.py pins it).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from . import _json
 from ._automaton import StopAutomaton, Stops
-from ._chunks import ChunkFilter
+from ._chunks import NOT_USUAL, ChunkFilter
 from ._sse import (
     DONE_EVENT,
     RawEvent,
@@ -40,6 +46,11 @@ __all__ = ["SSEFilter"]
 
 # The fields of a chunk copied into the usage chunk sent after a cut.
 _HEAD_FIELDS = ("id", "object", "created", "model", "system_fingerprint")
+
+
+def _reread(value: bytes) -> dict[str, Any] | None:
+    """The chunk ``value`` read exactly, or ``None`` if ``_json.loads_lossy`` read it so."""
+    return None if _json.exact(value) else _json.loads(value)
 
 
 def _text_count(chunk: dict[str, Any]) -> int:
@@ -84,7 +95,9 @@ class SSEFilter:
         "_done",
         "_error",
         "_head",
+        "_idle",
         "_include_usage",
+        "_max_usual",
         "_prompt_tokens",
     )
 
@@ -100,6 +113,12 @@ class SSEFilter:
     ) -> None:
         self._chunks: ChunkFilter[Any] = ChunkFilter(stops, n=n, include_stop=include_stop)
         self._decoder = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
+        self._idle = True  # the decoder's idle, kept: read on every read, asked after a feed
+        # The usual read is within both limits: one test.
+        self._max_usual = min(
+            sys.maxsize if max_line_bytes is None else max_line_bytes,
+            sys.maxsize if max_event_bytes is None else max_event_bytes,
+        )
         self._done = False
         self._error: str | None = None
         self._include_usage = bool(include_usage)
@@ -112,10 +131,17 @@ class SSEFilter:
         """The chunk filter, with its per-choice state."""
         return self._chunks
 
-    @property
-    def done(self) -> bool:
-        """Whether the response is complete: later input is discarded."""
-        return self._done
+    # Read after every read by the middleware: a getter in C (no Python frame).
+    if TYPE_CHECKING:
+
+        @property
+        def done(self) -> bool:
+            """Whether the response is complete: later input is discarded."""
+
+    else:
+        done = property(
+            attrgetter("_done"), doc="Whether the response is complete: later input is discarded."
+        )
 
     @property
     def stop_strings(self) -> dict[int, str]:
@@ -136,18 +162,48 @@ class SSEFilter:
 
     def feed(self, data: bytes) -> bytes:
         """Take the next piece of the body; return the bytes that may be sent now."""
-        if type(data) is not bytes and not isinstance(data, bytearray | memoryview):
+        if type(data) is bytes:
+            if self._done:
+                return b""
+            if (
+                self._idle
+                and data[:7] == b"data: {"
+                and data[-2:] == b"\n\n"
+                # No other line end. Int operands: with a bytes one, "in" tries it as an int
+                # first and formats and clears a TypeError, and find parses its arguments
+                # from a format string: each several times the search itself.
+                and 10 not in (value := data[6:-2])
+                and 13 not in value
+                and len(data) <= self._max_usual
+                and not self._include_usage  # it reads numbers: the general path
+            ):
+                # The usual read: one whole event of one data line, a JSON object, nothing
+                # pending (what SSEDecoder.data_line takes); the usual chunk in it, read lossily
+                # (see _json.loads_lossy): an event sent as it came needs no exact numbers.
+                try:
+                    chunk = _json.loads_lossy(value)
+                except ValueError:
+                    return data
+                chunks = self._chunks
+                out = chunks._usual(chunk, value, _reread)
+                if out is chunk:
+                    if not chunks.done:
+                        return data
+                elif out is NOT_USUAL:
+                    if not _json.exact(value):
+                        chunk = _json.loads(value)
+                    return self._chunk(data, chunk, ())
+                return self._sent(data, chunk, out, ())
+        elif not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
-        if self._done:
+        elif self._done:
             return b""
-        value = self._decoder.data_line(data)
-        if value is not None:  # the usual read: one event, one data line
-            return self._data(data, value, ())
         try:
             events = self._decoder.feed(data)
         except SSEFrameTooLarge as error:
             out = self._events(error.events)
             return out + self._too_large(error)
+        self._idle = self._decoder.idle
         if len(events) == 1:  # the usual read: one event, no list to join
             return self._event(events[0])
         return self._events(events)
@@ -238,8 +294,12 @@ class SSEFilter:
             chunk = _json.loads(data)
         except ValueError:
             return raw
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:  # JSON objects are read as plain dicts
             return raw
+        return self._chunk(raw, chunk, others)
+
+    def _chunk(self, raw: bytes, chunk: dict[str, Any], others: Sequence[bytes]) -> bytes:
+        """What is sent for the event ``raw`` holding ``chunk`` (read exactly)."""
         if "error" in chunk and "choices" not in chunk:
             # The upstream failed: what is held may be the start of a stop, so it is dropped.
             self.fail(chunk)
@@ -248,6 +308,14 @@ class SSEFilter:
             self._count(chunk)
         chunks = self._chunks
         out = chunks.feed(chunk)
+        if out is chunk and not chunks.done:
+            return raw  # the usual event
+        return self._sent(raw, chunk, out, others)
+
+    def _sent(self, raw: bytes, chunk: dict[str, Any], out: Any, others: Sequence[bytes]) -> bytes:
+        """What is sent for the event ``raw``, once its ``chunk`` went through the chunk filter
+        and came out as ``out``."""
+        chunks = self._chunks
         if out is chunk:
             result = raw
         elif out is None:

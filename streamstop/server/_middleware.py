@@ -367,6 +367,10 @@ class _Exchange:
         # Inflates a body the app compressed although asked not to (gzip or deflate).
         self._inflate: Inflater | None = None
         self._sse: SSEFilter | FamilyStream | None = None
+        # The filter while a stream's bodies take the usual path (no inflation, not over: set
+        # by _on_start, cleared by _finish_body and _client_gone): _intercept's first test, so
+        # that routing a body costs one attribute test.
+        self._streaming: SSEFilter | FamilyStream | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
         self._json_size = 0
@@ -400,6 +404,7 @@ class _Exchange:
         self._client_gone()
 
     def _client_gone(self) -> None:
+        self._streaming = None
         self._disconnected.set()
         if not self._complete:
             self._app_scope.cancel()
@@ -413,13 +418,36 @@ class _Exchange:
         try:
             await self._send(message)
         except Exception as error:
-            # The client is gone: stop the app rather than let it write into the void.
-            self._send_error = error
-            self._client_gone()
-            await anyio.lowlevel.checkpoint()
+            await self._send_failed(error)
             raise
 
+    async def _send_failed(self, error: Exception) -> None:
+        # The client is gone: stop the app rather than let it write into the void.
+        self._send_error = error
+        self._client_gone()
+        await anyio.lowlevel.checkpoint()
+
     async def _intercept(self, message: Message) -> None:
+        sse = self._streaming
+        if (
+            sse is not None
+            and message["type"] == "http.response.body"
+            and message.get("more_body", False)
+        ):
+            # The usual body of a stream: filtered and sent on, with no other call in between
+            # (this runs once per upstream read).
+            data = sse.feed(message.get("body", b""))
+            if sse.done:
+                await self._end_stream(sse, data)
+            elif data:
+                try:
+                    await self._send(
+                        {"type": "http.response.body", "body": data, "more_body": True}
+                    )
+                except Exception as error:
+                    await self._send_failed(error)
+                    raise
+            return
         if self._complete or self._disconnected.is_set():
             return
         kind = message["type"]
@@ -523,6 +551,8 @@ class _Exchange:
                     max_line_bytes=self._limits.max_sse_line_bytes,
                     max_event_bytes=self._limits.max_sse_event_bytes,
                 )
+            if self._inflate is None:
+                self._streaming = self._sse
             message = {**message, "headers": _with_content_length(headers, None)}
         elif 200 <= status < 300 and content_type.startswith(b"application/json"):
             self._mode = _JSON
@@ -536,20 +566,22 @@ class _Exchange:
             data = self._sse.feed(message.get("body", b""))
         else:
             data = await self._feed_inflated(self._sse, message)
-        if self._sse.done:
-            self._observe_stream(self._sse)
         if not message.get("more_body", False):
             await self._finish_body(data)
         elif self._sse.done:
-            await self._finish_body(data)
-            if self._sse.cut or self._sse.error is not None:
-                # Every choice was cut or is over, or the stream failed: stop the app, at this
-                # very await. (After the upstream's own [DONE] the app ends by itself; what it
-                # sends is dropped.)
-                self._app_scope.cancel()
-                await anyio.lowlevel.checkpoint()
+            await self._end_stream(self._sse, data)
         elif data:
             await self._downstream({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def _end_stream(self, sse: SSEFilter | FamilyStream, data: bytes) -> None:
+        """The stream is over (``sse.done``) before the app's last body: end the response."""
+        await self._finish_body(data)
+        if sse.cut or sse.error is not None:
+            # Every choice was cut or is over, or the stream failed: stop the app, at this
+            # very await. (After the upstream's own [DONE] the app ends by itself; what it
+            # sends is dropped.)
+            self._app_scope.cancel()
+            await anyio.lowlevel.checkpoint()
 
     async def _feed_inflated(self, sse: SSEFilter | FamilyStream, message: Message) -> bytes:
         """Feed the inflated pieces of ``message`` to ``sse``, sending what comes out of all
@@ -602,6 +634,7 @@ class _Exchange:
             await self._send_json_response()
             return
         self._complete = True
+        self._streaming = None
         await self._downstream({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _send_json_response(self) -> None:

@@ -30,3 +30,22 @@ def test_quick_run_reports_cpu_latency_and_memory(tmp_path: Path) -> None:
     for run in raw["runs"]:
         assert run["events"] > 0
         assert run["p99_us"] >= run["p50_us"] > 0
+
+
+def test_instructions_rows_state_the_ratio_per_level() -> None:
+    # What --instructions adds to the targets, from counts given here (valgrind is not run).
+    sys.path.insert(0, str(BENCHMARKS))
+    import proxy_overhead
+
+    counted = [
+        {"role": "relay", "concurrency": 1, "events": 2000, "per_event": 100_000.0},
+        {"role": "proxy", "concurrency": 1, "events": 2000, "per_event": 134_000.0},
+        {"role": "relay", "concurrency": 32, "events": 1920, "per_event": 90_000.0},
+        {"role": "proxy", "concurrency": 32, "events": 1920, "per_event": 144_000.0},
+    ]
+    result = {"runs": [], "paced": [], "profiles": {}, "micro": {}, "instructions": counted}
+    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+    text = proxy_overhead.render(result, (), True, env)
+    one = "| proxy / bare relay, instructions per event, 1 streams | 1.34x (134,000 / 100,000) |"
+    assert one in text
+    assert "| 1.60x (144,000 / 90,000) | ≤ 1.5x (aim 1.15x) | **NO** |" in text

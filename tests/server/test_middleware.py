@@ -121,6 +121,41 @@ async def test_sse_split_into_single_bytes_is_filtered_as_a_whole() -> None:
     assert app.cancelled  # stopped at the stop, not at the end of its body
 
 
+async def test_one_message_per_body_of_the_app_and_none_for_a_body_all_held() -> None:
+    # The usual path: each body the app sends is filtered and sent on as one message, at once;
+    # a body whose text is all held sends nothing; the cut ends the response.
+    events = [sse("Hi", done=False), sse("<", done=False), sse("3", done=False)]
+    app = App([*events, b"".join([sse("a", done=False), sse("</s>", done=False)])], hang=True)
+    client = Client(request())
+    await run(app, client)
+    assert client.messages[1:] == [
+        {"type": "http.response.body", "body": events[0], "more_body": True},
+        {
+            "type": "http.response.body",
+            "body": b'data: {"choices":[{"index":0,"delta":{"content":"<3"},'
+            b'"finish_reason":null}]}\n\n',
+            "more_body": True,
+        },
+        {
+            "type": "http.response.body",
+            "body": sse("a", done=False)
+            + b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}'
+            b"\n\ndata: [DONE]\n\n",
+            "more_body": False,
+        },
+    ]
+    assert app.cancelled
+    assert app.sent == 3  # cancelled in the send of the stop
+
+
+async def test_bodies_after_the_client_left_are_not_sent() -> None:
+    app = App([sse("a", done=False)] * 3, hang=True)
+    client = Client(request(), fail_send_after=2)  # the start and the first body
+    await run(app, client)
+    assert [m.get("body") for m in client.messages[1:]] == [sse("a", done=False)]
+    assert app.cancelled
+
+
 async def test_the_cut_ends_the_response_and_cancels_the_app() -> None:
     app = App([sse("a", "b</s>c", done=False), sse("never")], hang=True)
     client = Client(request())
