@@ -38,9 +38,10 @@ Rules of this module (everything about matching lives here):
 - Threads: an automaton may be used from several threads at once (the server builds big ones in
   a worker thread and runs them on the event loop). Tables are read-only once built. The memo is
   read without a lock, each read a single dict lookup (atomic under the GIL, and per-dict locked
-  on free-threaded builds); its common write, an entry into a state's existing table within the
-  budget, is two stores, atomic under the GIL, and takes no lock either; new tables, refusals
-  and forgetting are done under a lock, and so is every write on a free-threaded build. A memo
+  on free-threaded builds); its common writes, an entry into a state's existing table within
+  the budget or a refusal when full, are a store or two, atomic under the GIL, and take no lock
+  either; new tables and forgetting are done under a lock, and so is every write on a
+  free-threaded build. A memo
   entry, once written, never changes (it may be forgotten: a reader then misses and works the
   step out again).
   :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
@@ -784,6 +785,14 @@ class StopAutomaton:
             table[text] = result
             self._memo_used = used
             return
+        if _GIL and used + (0 if table is not None else _MEMO_TABLE_BYTES) > budget:
+            refused = self._refused + entry
+            if refused < self._memo_used:
+                # Refused, without the lock either: on a full memo that is every miss until
+                # the next _forget. The count only says when to forget (a lost update delays
+                # that by one entry).
+                self._refused = refused
+                return
         with self._lock:
             table = self._tables.get(state)
             if table is not None and self._memo_used + entry <= budget:
