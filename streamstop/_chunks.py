@@ -39,6 +39,7 @@ from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 
 __all__ = [
+    "NOT_USUAL",
     "ChunkFilter",
     "ChunkT",
     "check_n",
@@ -49,7 +50,7 @@ __all__ = [
 
 ChunkT = TypeVar("ChunkT")
 
-# What ChunkFilter._usual answers for a chunk that is not the usual one.
+# What ChunkFilter.feed_usual answers for a chunk that is not the usual one.
 NOT_USUAL: Any = object()
 
 
@@ -232,7 +233,7 @@ class ChunkFilter(Generic[ChunkT]):
 
     def feed(self, chunk: ChunkT) -> ChunkT | None:
         """Take the next chunk; return it, rewritten if need be, or ``None`` to drop it."""
-        usual = self._usual(chunk)
+        usual = self.feed_usual(chunk)
         if usual is not NOT_USUAL:
             result: ChunkT | None = usual
             return result
@@ -263,7 +264,7 @@ class ChunkFilter(Generic[ChunkT]):
             return None
         return _replace(chunk, choices=kept)  # type: ignore[no-any-return]
 
-    def _usual(
+    def feed_usual(
         self, chunk: Any, source: Any = None, reread: Callable[[Any], Any] | None = None
     ) -> Any:
         """:meth:`feed` of the usual chunk: a dict (parsed JSON) of one choice, live, with text

@@ -132,8 +132,8 @@ class SSEDecoder:
         "_lines",
         "_max_event",
         "_max_line",
-        "_max_usual",
         "_search",
+        "usual_limit",
     )
 
     def __init__(
@@ -141,8 +141,9 @@ class SSEDecoder:
     ) -> None:
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
-        # The usual read (data_line) is within both limits: one test, not two.
-        self._max_usual = min(
+        # The most bytes a read may have to be the usual one (data_line): within both limits,
+        # one test, not two. Read-only for everyone else (SSEFilter makes the same test).
+        self.usual_limit = min(
             sys.maxsize if max_line_bytes is None else max_line_bytes,
             sys.maxsize if max_event_bytes is None else max_event_bytes,
         )
@@ -172,7 +173,7 @@ class SSEDecoder:
                 data[0] != 10  # not a blank line first: that is an event of its own
                 and data.find(b"\n\n") == size - 2
                 and 13 not in data  # an int operand: see data_line
-                and size <= self._max_usual
+                and size <= self.usual_limit
             ):
                 return [RawEvent(data, tuple(data[:-2].split(b"\n")))]
         buffer += data
@@ -204,7 +205,7 @@ class SSEDecoder:
             # An int operand: a bytes one ("\r") would have "in" try it as an int first, and
             # format and clear a TypeError (~2k instructions, more than the whole search).
             and 13 not in data
-            and size <= self._max_usual
+            and size <= self.usual_limit
         ):
             return data[6:-2]
         return None

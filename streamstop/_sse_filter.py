@@ -23,7 +23,6 @@ events becomes):
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -114,11 +113,7 @@ class SSEFilter:
         self._chunks: ChunkFilter[Any] = ChunkFilter(stops, n=n, include_stop=include_stop)
         self._decoder = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
         self._idle = True  # the decoder's idle, kept: read on every read, asked after a feed
-        # The usual read is within both limits: one test.
-        self._max_usual = min(
-            sys.maxsize if max_line_bytes is None else max_line_bytes,
-            sys.maxsize if max_event_bytes is None else max_event_bytes,
-        )
+        self._max_usual = self._decoder.usual_limit
         self._done = False
         self._error: str | None = None
         self._include_usage = bool(include_usage)
@@ -185,7 +180,7 @@ class SSEFilter:
                 except ValueError:
                     return data
                 chunks = self._chunks
-                out = chunks._usual(chunk, value, _reread)
+                out = chunks.feed_usual(chunk, value, _reread)
                 if out is chunk:
                     if not chunks.done:
                         return data
