@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 import anyio
 
 __all__ = [
+    "DISCONNECT_WATCHED",
     "ASGIApp",
     "BodyTooLarge",
     "Message",
@@ -34,6 +35,12 @@ Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Set (to True) in the scope an app gets from a layer that already cancels it when the client
+# disconnects, and whose ``receive`` after the body only reports that: the app need not watch
+# for it again (see call_until_disconnect). A watcher is a task, a task group and a cancel
+# per request, and their objects for as long as the response streams.
+DISCONNECT_WATCHED = "streamstop.disconnect_watched"
 
 
 class BodyTooLarge(Exception):
@@ -128,25 +135,32 @@ async def read_body_or_413(receive: Receive, send: Send, limit: int) -> bytes | 
         return None
 
 
-async def call_until_disconnect(receive: Receive, function: Callable[[], Awaitable[None]]) -> bool:
+async def call_until_disconnect(
+    receive: Receive, function: Callable[[], Awaitable[None]], scope: Scope | None = None
+) -> bool:
     """Await ``function()``, cancelling it if ``receive()`` reports ``http.disconnect`` first.
 
     Call it once the request body has been read: from then on only the watcher receives.
     Returns whether the client disconnected. Errors of ``function`` propagate as they are.
+    If ``scope`` says a layer above watches already (:data:`DISCONNECT_WATCHED`), that layer
+    cancels ``function()`` on a disconnect, and this only awaits it (returning ``False``).
     """
+    if scope is not None and scope.get(DISCONNECT_WATCHED):
+        await function()
+        return False
     disconnected = False
     error: Exception | None = None
 
-    async def watch(scope: anyio.CancelScope) -> None:
+    async def watch(call: anyio.CancelScope) -> None:
         nonlocal disconnected
         while (await receive())["type"] != "http.disconnect":
             pass
         disconnected = True
-        scope.cancel()
+        call.cancel()
 
     async with anyio.create_task_group() as group:
-        with anyio.CancelScope() as scope:
-            group.start_soon(watch, scope)
+        with anyio.CancelScope() as call:
+            group.start_soon(watch, call)
             try:
                 await function()
             except Exception as exc:  # re-raised below, outside the task group: not wrapped

@@ -58,6 +58,7 @@ from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, Family, FamilyStream
 from .._sse_filter import SSEFilter
 from ._asgi import (
+    DISCONNECT_WATCHED,
     ASGIApp,
     Message,
     Receive,
@@ -247,7 +248,12 @@ class StopMiddleware:
             automaton = await anyio.to_thread.run_sync(StopAutomaton.from_stops, stops)
         else:
             automaton = StopAutomaton.from_stops(stops)
-        scope = {**scope, "headers": _identity_encoding(scope["headers"])}
+        # The exchange watches for the client's disconnect and cancels the app on it.
+        scope = {
+            **scope,
+            "headers": _identity_encoding(scope["headers"]),
+            DISCONNECT_WATCHED: True,
+        }
         exchange = _Exchange(
             self.app,
             automaton,

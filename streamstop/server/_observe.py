@@ -229,6 +229,19 @@ class _Metrics:
             registry=registry,
         )
 
+        # Each metric's child per label values, kept: labels() validates its arguments and takes
+        # a lock on every call. As bounded as prometheus-client's own children (routes are
+        # known ones or "other", statuses three digits, kinds a fixed set).
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per label values."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def render(self) -> tuple[bytes, bytes]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -387,16 +400,17 @@ class Observed:
         route = record.route
         metrics = self.metrics
         if metrics is not None:
-            metrics.requests.labels(route, str(status)).inc()
+            child = metrics.child
+            child(metrics.requests, route, str(status)).inc()
             if record.choices_cut:
-                metrics.streams_cut.labels(route).inc()
-                metrics.stops_fired.labels(route).inc(record.choices_cut)
+                child(metrics.streams_cut, route).inc()
+                child(metrics.stops_fired, route).inc(record.choices_cut)
             if record.upstream_error is not None:
                 kind = record.upstream_error
-                metrics.upstream_errors.labels(kind if kind in _UPSTREAM_ERRORS else "other").inc()
+                child(metrics.upstream_errors, kind if kind in _UPSTREAM_ERRORS else "other").inc()
             if first_byte is not None:
-                metrics.time_to_first_byte.labels(route).observe(first_byte - start)
-            metrics.duration.labels(route).observe(end - start)
+                child(metrics.time_to_first_byte, route).observe(first_byte - start)
+            child(metrics.duration, route).observe(end - start)
         level = logging.DEBUG if route in _PROBES else logging.INFO
         if self.logger.isEnabledFor(level):
             self.logger.log(

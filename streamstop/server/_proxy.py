@@ -235,6 +235,8 @@ class ProxyApp:
         self.routes = None if routes is None else frozenset(routes)
         self._client = client
         self._owns_client = client is None
+        # The upstream root's (scheme, host, port) and path prefix, parsed at the first request.
+        self._base: tuple[tuple[str, str, int | None], bytes] | None = None
 
     @property
     def max_body_size(self) -> int:
@@ -310,15 +312,23 @@ class ProxyApp:
         name = FAMILY_PATHS.get(path)
         family = FAMILIES[name] if name is not None else None
         exchange = _Exchange(self, request, body, send, record_of(scope), family, path)
-        await call_until_disconnect(receive, lambda: exchange.forward(client))
+        await call_until_disconnect(receive, lambda: exchange.forward(client), scope)
 
     def _under_base(self, url: httpx.URL) -> bool:
-        import httpx
+        base = self._base
+        if base is None:
+            import httpx
 
-        base = httpx.URL(self.root)
-        return (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port) and (
+            # Parsed once, not per request (a parse cost about 1% of a proxied request).
+            parsed = httpx.URL(self.root)
+            base = self._base = (
+                (parsed.scheme, parsed.host, parsed.port),
+                parsed.raw_path.rstrip(b"/") + b"/",
+            )
+        origin, prefix = base
+        return (url.scheme, url.host, url.port) == origin and (
             url.raw_path.split(b"?")[0] + b"/"
-        ).startswith(base.raw_path.rstrip(b"/") + b"/")
+        ).startswith(prefix)
 
 
 def _error_event(message: str, code: str) -> bytes:

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from streamstop.server import Message, Receive, Scope, Send, StopMiddleware
+from streamstop.server._asgi import DISCONNECT_WATCHED, call_until_disconnect
 
 from .conftest import Client, http_scope
 
@@ -239,6 +240,36 @@ async def test_client_disconnect_cancels_the_app() -> None:
         client.gone.set()
     assert app.cancelled
     assert not client.complete
+
+
+async def test_a_filtered_app_is_told_the_middleware_watches_for_disconnects() -> None:
+    # Only where the middleware watches (a request with stops) may the app leave it to it.
+    watched, unfiltered = App([sse("a")]), App([sse("a")])
+    await run(watched, Client(request()))
+    await run(unfiltered, Client(request(stop=None)))
+    assert watched.scope.get(DISCONNECT_WATCHED) is True
+    assert DISCONNECT_WATCHED not in unfiltered.scope
+
+
+async def test_call_until_disconnect_leaves_a_watched_request_to_the_layer_above() -> None:
+    receives = 0
+
+    async def receive() -> Message:
+        nonlocal receives
+        receives += 1
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    calls: list[str] = []
+
+    async def function() -> None:
+        await anyio.lowlevel.checkpoint()
+        calls.append("done")
+
+    assert await call_until_disconnect(receive, function, {DISCONNECT_WATCHED: True}) is False
+    assert (calls, receives) == (["done"], 0)  # no watcher: nothing received
+    assert await call_until_disconnect(receive, function, {}) is False
+    assert (calls, receives) == (["done", "done"], 1)  # its own watcher, cancelled at the end
 
 
 async def test_a_failing_send_cancels_the_app_quietly() -> None:

@@ -213,6 +213,32 @@ async def test_a_request_is_counted_timed_and_logged(caplog: pytest.LogCaptureFi
     assert sample(metrics, duration, {"route": chat["route"]}) == 0.5
 
 
+async def test_repeated_requests_add_up_in_each_label_set() -> None:
+    # The collectors' children are kept per label values: each request must still count.
+    app = Observed(FillingApp(), clock=Clock())
+    async with client(app) as http:
+        for fault in (None, None, "broken", None, "broken", "timeout"):
+            await http.post(
+                "/v1/completions", json={"model": "m", "fault": fault, "cut": True, "stop": ["x"]}
+            )
+        await http.post("/v1/chat/completions", json={"model": "m"})
+        metrics = (await http.get("/metrics")).text
+    completions = {"route": "/v1/completions"}
+    assert sample(metrics, "streamstop_requests_total", {**completions, "status": "200"}) == 6
+    assert (
+        sample(
+            metrics, "streamstop_requests_total", {"route": "/v1/chat/completions", "status": "200"}
+        )
+        == 1
+    )
+    assert sample(metrics, "streamstop_streams_cut_total", completions) == 6
+    assert sample(metrics, "streamstop_stops_fired_total", completions) == 12
+    assert sample(metrics, "streamstop_upstream_errors_total", {"kind": "broken"}) == 2
+    assert sample(metrics, "streamstop_upstream_errors_total", {"kind": "timeout"}) == 1
+    assert sample(metrics, "streamstop_request_duration_seconds_count", completions) == 6
+    assert sample(metrics, "streamstop_request_duration_seconds_sum", completions) == 6 * 0.5
+
+
 REQUEST_IDS = {
     "safe": ("abc-DEF_1.2:3", True),
     "too long": ("a" * 129, False),

@@ -96,11 +96,18 @@ async def test_upstream_errors_keep_their_status_and_shape(proxy_server: LiveSer
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "stops",
+    [
+        pytest.param({"stop": ["NEVER"]}, id="filtered: the middleware watches"),
+        pytest.param({}, id="no stop: the proxy watches"),
+    ],
+)
 async def test_client_disconnect_through_the_proxy_stops_the_backend(
-    slow_proxy_server: LiveServer, slow_upstream_ends: StreamEnds
+    slow_proxy_server: LiveServer, slow_upstream_ends: StreamEnds, stops: dict[str, Any]
 ) -> None:
     cancelled = slow_upstream_ends.count("cancelled")
-    request = {"model": "echo", "stream": True, "stop": ["NEVER"], "messages": user(LONG_TEXT)}
+    request = {"model": "echo", "stream": True, **stops, "messages": user(LONG_TEXT)}
     await leave_after_events(slow_proxy_server.url, request, events=3)
     await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
 
