@@ -42,6 +42,21 @@ def test_instructions_rows_state_the_ratio_per_level() -> None:
         {"role": "proxy", "concurrency": 1, "events": 2000, "per_event": 134_000.0},
         {"role": "relay", "concurrency": 32, "events": 1920, "per_event": 90_000.0},
         {"role": "proxy", "concurrency": 32, "events": 1920, "per_event": 144_000.0},
+        # Short streams: reported per request, not held to the per-event target.
+        {
+            "role": "relay",
+            "concurrency": 4,
+            "events": 400,
+            "per_event": 2_000_000.0,
+            "events_per_stream": 2,
+        },
+        {
+            "role": "proxy",
+            "concurrency": 4,
+            "events": 400,
+            "per_event": 2_750_000.0,
+            "events_per_stream": 2,
+        },
     ]
     result = {"runs": [], "paced": [], "profiles": {}, "micro": {}, "instructions": counted}
     env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
@@ -49,3 +64,9 @@ def test_instructions_rows_state_the_ratio_per_level() -> None:
     one = "| proxy / bare relay, instructions per event, 1 streams | 1.34x (134,000 / 100,000) |"
     assert one in text
     assert "| 1.60x (144,000 / 90,000) | ≤ 1.5x (aim 1.15x) | **NO** |" in text
+    per_request = (
+        "| proxy / bare relay, instructions per request (2-event streams, 4 at a time) "
+        "| 1.38x (5.50M / 4.00M) | - | - |"
+    )
+    assert per_request in text
+    assert "instructions per event, 4 streams" not in text
