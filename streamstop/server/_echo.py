@@ -167,7 +167,7 @@ class EchoModel:
         try:
             if path in ("/v1/chat/completions", "/v1/completions"):
                 _require(method, "POST")
-                await self._complete(path == "/v1/chat/completions", receive, send)
+                await self._complete(path == "/v1/chat/completions", scope, receive, send)
             elif path == "/v1/models":
                 _require(method, "GET")
                 await send_json(send, 200, {"object": "list", "data": [self._model_card()]})
@@ -208,7 +208,7 @@ class EchoModel:
             code="model_not_found",
         )
 
-    async def _complete(self, chat: bool, receive: Receive, send: Send) -> None:
+    async def _complete(self, chat: bool, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             body = await read_body(receive, _MAX_BODY)
         except BodyTooLarge as error:
@@ -219,7 +219,7 @@ class EchoModel:
         if not job.stream:
             await send_json(send, 200, self._whole_response(job))
             return
-        await call_until_disconnect(receive, lambda: self._stream(job, send))
+        await call_until_disconnect(receive, lambda: self._stream(job, send), scope)
 
     def _parse(self, chat: bool, body: bytes) -> _Job:
         try:
