@@ -21,9 +21,11 @@ Measured per server: CPU per event from the server process's own CPU time (``/pr
 user + system), events per second per core (its inverse), the transit time of each event from
 the upstream's write to the client's read (p50, p99; the *added* latency is the server's less a
 direct connection's), and the server's resident memory per open stream at the highest
-concurrency. Servers are run in turns, relay then proxy, for a few rounds; the lowest CPU per
-event of each counts. uvicorn picks its HTTP parser by what is installed (httptools if
-importable, else h11): both servers run with h11 forced, and again with httptools if installed.
+concurrency. Servers are run in turns, relay then proxy, for a few rounds (the targets pair
+them round by round: :func:`paired_ratios`). uvicorn picks its HTTP parser by what is installed
+(httptools if importable, else h11): both servers run with h11 forced; the proxy serves with its
+own guarded h11 protocol whatever is installed (streamstop/server/_protocol.py), so only the
+relay runs again with httptools, if installed: what that parser would save.
 With ``--profile`` each server is also run once under cProfile and its time is shown by package.
 """
 
@@ -691,7 +693,8 @@ def bench(
         parsers = ["h11"] + (["httptools"] if _httptools() else [])
         for parser in parsers:
             for round_index in range(rounds):
-                for name in ("relay", "proxy"):
+                # The proxy has no httptools protocol: under that label it would be h11 again.
+                for name in ("relay", "proxy") if parser == "h11" else ("relay",):
                     server = _child(name, "--upstream", upstream.url, "--http", parser)
                     try:
                         _warm_up(server)
