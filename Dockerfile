@@ -14,7 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY streamstop ./streamstop
 COPY ragstitch ./ragstitch
-RUN pip install ".[server,metrics]" && useradd --system --uid 10001 --no-create-home streamstop
+RUN pip install ".[server,metrics,fast]" && useradd --system --uid 10001 --no-create-home streamstop
 
 USER 10001
 # Listen on every interface of the container; one worker per CPU is a good start

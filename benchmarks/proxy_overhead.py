@@ -23,9 +23,9 @@ the upstream's write to the client's read (p50, p99; the *added* latency is the 
 direct connection's), and the server's resident memory per open stream at the highest
 concurrency. Servers are run in turns, relay then proxy, for a few rounds (the targets pair
 them round by round: :func:`paired_ratios`). uvicorn picks its HTTP parser by what is installed
-(httptools if importable, else h11): both servers run with h11 forced; the proxy serves with its
-own guarded h11 protocol whatever is installed (streamstop/server/_protocol.py), so only the
-relay runs again with httptools, if installed: what that parser would save.
+(httptools if importable, else h11; the proxy the same, through its guarded protocols in
+streamstop/server/_protocol*.py): both servers run with h11 forced, and again with httptools if
+installed.
 With ``--profile`` each server is also run once under cProfile and its time is shown by package.
 """
 
@@ -693,8 +693,7 @@ def bench(
         parsers = ["h11"] + (["httptools"] if _httptools() else [])
         for parser in parsers:
             for round_index in range(rounds):
-                # The proxy has no httptools protocol: under that label it would be h11 again.
-                for name in ("relay", "proxy") if parser == "h11" else ("relay",):
+                for name in ("relay", "proxy"):
                     server = _child(name, "--upstream", upstream.url, "--http", parser)
                     try:
                         _warm_up(server)

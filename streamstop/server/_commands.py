@@ -474,13 +474,13 @@ def build_app(settings: Mapping[str, Any]) -> ASGIApp:
 
 
 def _server_config(app: Any, settings: Mapping[str, Any], limit: int) -> Any:
-    from ._protocol import PROTOCOL, ServerConfig
+    from ._protocol import ServerConfig, protocol
 
     return ServerConfig(
         app,
         factory=isinstance(app, str),
         workers=settings["workers"],
-        http=PROTOCOL,
+        http=protocol(),
         head_timeout=settings["head_timeout"],
         connection_limit=limit,
         timeout_keep_alive=settings["keep_alive_timeout"],

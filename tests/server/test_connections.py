@@ -1,6 +1,7 @@
-"""Connection bounds on a real uvicorn with the guarded protocol: the request-head timeout, the
-OpenAI-shaped 503 at the connection limit, a flood of half-open connections, the head size and
-the keep-alive timeout. Raw sockets, so that a test can send half a request."""
+"""Connection bounds on a real uvicorn with each guarded protocol (h11's, and httptools' where
+installed): the request-head timeout, the OpenAI-shaped 503 at the connection limit, a flood of
+half-open connections, the head size and the keep-alive timeout. Raw sockets, so that a test can
+send half a request, or a head in pieces."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 from streamstop._cli import build_parser
 from streamstop.server._commands import build_app, settings_of
-from streamstop.server._protocol import PROTOCOL, ServerConfig
+from streamstop.server._protocol import HTTPTOOLS_PROTOCOL, PROTOCOL, ServerConfig, protocol
 
 from .conftest import _Server
 
@@ -38,13 +40,13 @@ def serve_settings(*flags: str) -> dict[str, Any]:
 class GuardedServer:
     """What ``streamstop serve`` runs, with its protocol and bounds, in a thread."""
 
-    def __init__(self, **bounds: Any) -> None:
+    def __init__(self, http: str = PROTOCOL, **bounds: Any) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
         self.address = self.sock.getsockname()[:2]
         self.base_url = "http://{}:{}".format(*self.address)
         config = ServerConfig(
             build_app(serve_settings("--delay", "0")),
-            http=PROTOCOL,
+            http=http,
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -69,9 +71,32 @@ class GuardedServer:
         return socket.create_connection(self.address, timeout=10)
 
 
+def _httptools() -> bool:
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+PROTOCOLS = [
+    pytest.param(PROTOCOL, id="h11"),
+    pytest.param(
+        HTTPTOOLS_PROTOCOL,
+        id="httptools",
+        marks=pytest.mark.skipif(not _httptools(), reason="httptools is not installed"),
+    ),
+]
+
+
+@pytest.fixture(params=PROTOCOLS)
+def http(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def guarded(request: pytest.FixtureRequest) -> Iterator[GuardedServer]:
-    server = GuardedServer(**request.param)
+def guarded(request: pytest.FixtureRequest, http: str) -> Iterator[GuardedServer]:
+    server = GuardedServer(http, **request.param)
     try:
         yield server
     finally:
@@ -163,13 +188,70 @@ def test_past_the_connection_limit_an_openai_shaped_503(guarded: GuardedServer) 
 
 @pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
 def test_a_head_over_its_size_is_refused(guarded: GuardedServer) -> None:
-    # h11 bounds what it buffers of an incomplete head.
+    # What is buffered of an incomplete head is bounded (h11 does it; with httptools, ours).
     with httpx.Client(base_url=guarded.base_url, timeout=10) as client:
         assert client.get("/health", headers={"x-big": "x" * 900}).status_code == 200
     with guarded.connect() as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: " + b"x" * 4096)
         refused = read_to_end(sock)
     assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+@pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
+def test_a_head_sent_in_small_pieces_is_refused_past_its_size(guarded: GuardedServer) -> None:
+    # One endless header value, a few bytes per read: counted across the reads.
+    with guarded.connect() as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: ")
+        refused = b""
+        try:
+            for _ in range(400):
+                sock.sendall(b"x" * 8)
+                time.sleep(0.001)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed while sending
+        refused = read_to_end(sock)
+    assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+@pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
+def test_a_body_in_the_same_read_as_its_head_is_not_counted_as_head(
+    guarded: GuardedServer,
+) -> None:
+    # A small head, then a body far over the head's bound, in one write (one read, mostly):
+    # served. And a blank line split between two writes still ends the head.
+    request = {"model": "echo", "stop": ["STOP"], "messages": [{"role": "user", "content": "hi"}]}
+    body = json.dumps({**request, "pad": "x" * 20_000}).encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+    )
+    for pieces in ([head + body], [head[:-2], head[-2:] + body], [head[:-3], head[-3:] + body]):
+        with guarded.connect() as sock:
+            for piece in pieces:
+                sock.sendall(piece)
+                time.sleep(0.05)
+            response = read_to_end(sock)
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n"), (pieces[0][-8:], response[:200])
+        answer = json.loads(response.partition(b"\r\n\r\n")[2])
+        assert answer["choices"][0]["message"]["content"] == "hi"
+
+
+@pytest.mark.parametrize("guarded", [{"head_timeout": 0.3}], indirect=True)
+def test_pipelined_requests_are_served_and_not_timed_out(guarded: GuardedServer) -> None:
+    # Two requests in one write: the second's head is complete while the first runs, so no
+    # head timer may cut it; after both, a stalled third head gets the 408.
+    two = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2
+    with guarded.connect() as sock:
+        sock.sendall(two)
+        time.sleep(0.1)
+        sock.sendall(HALF_A_REQUEST)
+        received = read_to_end(sock)
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 2
+    assert received.endswith(REQUEST_TIMEOUT)
+
+
+def test_the_protocol_served_is_httptools_where_installed() -> None:
+    assert protocol() == (HTTPTOOLS_PROTOCOL if _httptools() else PROTOCOL)
 
 
 @pytest.mark.parametrize("guarded", [{"timeout_keep_alive": 0.2}], indirect=True)

@@ -460,7 +460,7 @@ def test_dockerfile() -> None:
     assert keywords.index("USER") < keywords.index("CMD")
     assert "/health" in args["HEALTHCHECK"]
     assert "STREAMSTOP_HOST=0.0.0.0" in dockerfile
-    assert ".[server,metrics]" in dockerfile
+    assert ".[server,metrics,fast]" in dockerfile
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     assert {".venv", ".git"} <= set(ignored)
 
