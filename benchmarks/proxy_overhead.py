@@ -746,14 +746,14 @@ def _best(runs: list[Run], server: str, concurrency: int) -> Run | None:
     return min(chosen, key=lambda r: r.cpu_us_per_event) if chosen else None
 
 
-def paired_ratios(runs: list[Run], concurrency: int) -> list[float]:
+def paired_ratios(runs: list[Run], concurrency: int, parser: str = "h11") -> list[float]:
     """The proxy's CPU per event over the relay's, round by round: each round runs the relay,
     then the proxy, less than a minute apart. This machine's speed drifts over minutes (the
     relay alone has moved by a fifth between rounds of one run), so the lowest of each side
     can pair moments far apart; a round's pair shares its moment."""
     relay, proxy = (
         [r for r in runs if r.server == server and r.concurrency == concurrency and r.cpu_s]
-        for server in ("relay/h11", "proxy/h11")
+        for server in (f"relay/{parser}", f"proxy/{parser}")
     )
     return [p.cpu_us_per_event / r.cpu_us_per_event for r, p in zip(relay, proxy, strict=False)]
 
@@ -782,10 +782,14 @@ def render(
         "",
     ]
     rows = []
-    for level in levels:
-        relay = _best(runs, "relay/h11", level.concurrency)
-        proxy = _best(runs, "proxy/h11", level.concurrency)
-        paired = paired_ratios(runs, level.concurrency)
+    measured_levels = [(level, "h11") for level in levels]
+    if any(r.server == "proxy/httptools" for r in runs):
+        # Both servers on httptools too (measured at 32 streams only).
+        measured_levels.append((levels[1], "httptools"))
+    for level, parser in measured_levels:
+        relay = _best(runs, f"relay/{parser}", level.concurrency)
+        proxy = _best(runs, f"proxy/{parser}", level.concurrency)
+        paired = paired_ratios(runs, level.concurrency, parser)
         if relay and proxy and relay.cpu_s and proxy.cpu_s and paired:
             ratio = statistics.median(paired)
             lowest = proxy.cpu_us_per_event / relay.cpu_us_per_event
@@ -798,7 +802,8 @@ def render(
             measured, met = "below the CPU clock's resolution", "-"
         rows.append(
             [
-                f"proxy / bare relay, CPU per event, {level.concurrency} streams",
+                f"proxy / bare relay, CPU per event, {level.concurrency} streams"
+                + ("" if parser == "h11" else f", both on {parser}"),
                 measured,
                 "≤ 1.5x (aim 1.15x)",
                 met,

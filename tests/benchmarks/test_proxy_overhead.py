@@ -95,3 +95,25 @@ def test_the_cpu_target_pairs_each_round_relay_with_its_proxy() -> None:
         "| proxy / bare relay, CPU per event, 1 streams | 1.20x (rounds: 1.20, 1.20, 1.60; "
         "lowest over lowest 1.60x) | ≤ 1.5x (aim 1.15x) | yes |"
     ) in text
+
+
+def test_with_httptools_both_servers_are_also_compared_on_it() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    import proxy_overhead
+
+    def run(server: str, concurrency: int, cpu_us: float) -> proxy_overhead.Run:
+        return proxy_overhead.Run(server, concurrency, 1000, cpu_us / 1000, 1.0, 1.0, 2.0, 0, 0)
+
+    levels = (proxy_overhead.Level(1, 1, 1000), proxy_overhead.Level(32, 32, 1000))
+    runs = [
+        run(f"{server}/{parser}", 32, cpu)
+        for parser, pair in (("h11", (40.0, 56.0)), ("httptools", (32.0, 48.0)))
+        for server, cpu in zip(("relay", "proxy"), pair, strict=True)
+    ]
+    result = {"runs": runs, "paced": [], "profiles": {}, "micro": {}}
+    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+    text = proxy_overhead.render(result, levels, False, env)
+    assert "| proxy / bare relay, CPU per event, 32 streams | 1.40x (rounds: 1.40;" in text
+    assert (
+        "| proxy / bare relay, CPU per event, 32 streams, both on httptools | 1.50x (rounds: 1.50;"
+    ) in text
