@@ -17,9 +17,10 @@ Rules added here:
 
 uvicorn imports the protocol by name (``ServerConfig(http=protocol())``), in every worker
 process. :func:`protocol` names :class:`GuardedHttpToolsProtocol` (``_protocol_httptools``)
-where httptools is installed, about a fifth less CPU per streamed event, else
-:class:`GuardedH11Protocol`; both keep the rules above, and the head's size bound
-(``h11_max_incomplete_event_size``, which uvicorn's httptools protocol does not apply).
+where httptools is installed, else :class:`GuardedH11Protocol`. Both keep the rules above and
+the bound on a head's size (``h11_max_incomplete_event_size``, which uvicorn's httptools
+protocol does not apply). With httptools the proxy spends 0.82-0.86x its CPU per streamed
+event on h11 (benchmarks/README.md).
 """
 
 from __future__ import annotations
