@@ -93,10 +93,11 @@ def _timeout_response() -> bytes:
 _TIMEOUT_RESPONSE = _timeout_response()
 
 
-class HeadGuard:
-    """The rules both guarded protocols keep: the head timer and the choice of app at the
-    connection limit. A protocol calls :meth:`_guard` from its ``__init__`` and says whether
-    some of a head has arrived (:meth:`_partial_head`)."""
+class HeadGuard(asyncio.Protocol):
+    """The rules both guarded protocols keep: the head timer (armed when a connection is made,
+    disarmed when it is lost) and the choice of app at the connection limit. Listed before
+    uvicorn's protocol in the bases; a protocol calls :meth:`_guard` from its ``__init__`` and
+    says whether some of a head has arrived (:meth:`_partial_head`)."""
 
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
@@ -110,6 +111,14 @@ class HeadGuard:
         self._connection_limit: int | None = getattr(config, "connection_limit", None)
         self._head_timer: asyncio.TimerHandle | None = None
         self._busy_app = _busy(self._connection_limit)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
     def _choose_app(self) -> bool:
         """Set the app the next request runs: the busy one past the limit. Returns whether
@@ -147,14 +156,6 @@ class GuardedH11Protocol(HeadGuard, H11Protocol):
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self._guard(config)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
     def handle_events(self) -> None:
         over = self._choose_app()

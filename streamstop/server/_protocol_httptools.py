@@ -43,14 +43,6 @@ class GuardedHttpToolsProtocol(HeadGuard, HttpToolsProtocol):
         self._in_head = True  # the next bytes belong to a request head
         self._head_bytes = 0  # of the head being read
 
-    def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
     def data_received(self, data: bytes) -> None:
         if self._in_head:
             self._head_bytes += len(data)
