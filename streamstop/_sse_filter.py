@@ -185,9 +185,8 @@ class SSEFilter:
                     if not chunks.done:
                         return data
                 elif out is NOT_USUAL:
-                    if not _json.exact(value):
-                        chunk = _json.loads(value)
-                    return self._chunk(data, chunk, ())
+                    exact = _reread(value)
+                    return self._chunk(data, chunk if exact is None else exact, ())
                 return self._sent(data, chunk, out, ())
         elif not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
