@@ -41,9 +41,8 @@ Rules of this module (everything about matching lives here):
   on free-threaded builds); its common writes, an entry into a state's existing table within
   the budget or a refusal when full, are a store or two, atomic under the GIL, and take no lock
   either; new tables and forgetting are done under a lock, and so is every write on a
-  free-threaded build. A memo
-  entry, once written, never changes (it may be forgotten: a reader then misses and works the
-  step out again).
+  free-threaded build. A memo entry, once written, never changes (it may be forgotten: a
+  reader then misses and works the step out again).
   :meth:`StopAutomaton.from_stops`'s cache is guarded by a lock of its own.
 
 Offsets are half-open: a match ``[start, end)`` covers ``text[start:end]``.
