@@ -14,6 +14,8 @@ Rules added here:
 - ``ServerConfig.connection_limit`` caps open connections and requests in progress, as
   uvicorn's ``limit_concurrency`` does, but the ``503`` beyond it is in the OpenAI error shape,
   with ``Retry-After`` and ``Connection: close``.
+- A request uvicorn cannot parse, and a head over its size, get a ``400`` in the OpenAI error
+  shape (code ``invalid_http_request``, ``Connection: close``), not uvicorn's plain text.
 
 uvicorn imports the protocol by name (``ServerConfig(http=protocol())``), in every worker
 process. :func:`protocol` names :class:`GuardedHttpToolsProtocol` (``_protocol_httptools``)
@@ -76,21 +78,19 @@ class ServerConfig(uvicorn.Config):
         self.connection_limit = connection_limit
 
 
-def _timeout_response() -> bytes:
-    body = json.dumps(
-        error_payload(
-            "The request head did not arrive in time.",
-            code="request_timeout",
-        ),
-        separators=(",", ":"),
-    ).encode()
+def _error_response(status_line: bytes, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 response ending the connection, with an OpenAI-shaped error body:
+    written straight to the transport where uvicorn has no request cycle to send it through."""
+    body = json.dumps(error_payload(message, code=code), separators=(",", ":")).encode()
     return (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        b"HTTP/1.1 " + status_line + b"\r\ncontent-type: application/json\r\n"
         b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
 
 
-_TIMEOUT_RESPONSE = _timeout_response()
+_TIMEOUT_RESPONSE = _error_response(
+    b"408 Request Timeout", "The request head did not arrive in time.", "request_timeout"
+)
 
 
 class HeadGuard(asyncio.Protocol):
@@ -140,6 +140,13 @@ class HeadGuard(asyncio.Protocol):
 
     def _partial_head(self) -> bool:
         raise NotImplementedError
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request it cannot parse (and ours to a head over its size),
+        in the OpenAI error shape rather than uvicorn's plain text."""
+        self._disarm()
+        self.transport.write(_error_response(b"400 Bad Request", msg, "invalid_http_request"))
+        self.transport.close()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None

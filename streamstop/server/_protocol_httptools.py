@@ -53,8 +53,9 @@ class GuardedHttpToolsProtocol(HeadGuard, HttpToolsProtocol):
             and self._head_bytes > self._head_limit
             and not self.transport.is_closing()
         ):
-            self._disarm()
-            self.send_400_response("Request head too large.")
+            self.send_400_response(
+                f"The request head is larger than {self._head_limit} bytes (max_head_bytes)."
+            )
 
     def on_headers_complete(self) -> None:
         self._in_head = False

@@ -103,6 +103,18 @@ def guarded(request: pytest.FixtureRequest, http: str) -> Iterator[GuardedServer
         server.stop()
 
 
+def bad_request(response: bytes) -> dict[str, Any]:
+    """The error of a 400 the server wrote before closing: OpenAI-shaped JSON, never text."""
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), response[:200]
+    assert b"content-type: application/json" in head.lower()
+    assert b"connection: close" in head.lower()
+    error: dict[str, Any] = json.loads(body)["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == "invalid_http_request"
+    return error
+
+
 def read_to_end(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection."""
     data = b""
@@ -195,6 +207,7 @@ def test_a_head_over_its_size_is_refused(guarded: GuardedServer) -> None:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: " + b"x" * 4096)
         refused = read_to_end(sock)
     assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    bad_request(refused)
 
 
 @pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
@@ -211,6 +224,29 @@ def test_a_head_sent_in_small_pieces_is_refused_past_its_size(guarded: GuardedSe
             pass  # refused and closed while sending
         refused = read_to_end(sock)
     assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    bad_request(refused)
+
+
+@pytest.mark.parametrize("guarded", [{}], indirect=True)
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"NOT HTTP AT ALL\r\n\r\n", id="no request line"),
+        pytest.param(b"GET /health HTTP/1.1\r\nbad header\r\n\r\n", id="header without colon"),
+        pytest.param(b"GET /he\x00alth HTTP/1.1\r\nHost: x\r\n\r\n", id="NUL in the target"),
+        pytest.param(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-length: x\r\n\r\n",
+            id="bad content-length",
+        ),
+    ],
+)
+def test_a_request_that_does_not_parse_gets_an_openai_shaped_400(
+    guarded: GuardedServer, garbage: bytes
+) -> None:
+    with guarded.connect() as sock:
+        sock.sendall(garbage)
+        error = bad_request(read_to_end(sock))
+    assert error["message"]
 
 
 @pytest.mark.parametrize("guarded", [{"h11_max_incomplete_event_size": 1024}], indirect=True)
