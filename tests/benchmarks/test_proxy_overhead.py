@@ -117,3 +117,49 @@ def test_with_httptools_both_servers_are_also_compared_on_it() -> None:
     assert (
         "| proxy / bare relay, CPU per event, 32 streams, both on httptools | 1.50x (rounds: 1.50;"
     ) in text
+
+
+def test_the_paced_cpu_ratio_is_shown_beside_the_targets_not_as_one() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    import proxy_overhead
+
+    def run(server: str, cpu_us: float) -> proxy_overhead.Run:
+        return proxy_overhead.Run(server, 32, 1000, cpu_us / 1000, 1.0, 1.0, 2.0, 0, 0)
+
+    paced = [
+        run(f"{server}/{parser}", cpu)
+        for parser, rounds in (
+            ("h11", ((200.0, 250.0), (220.0, 264.0), (210.0, 273.0))),
+            ("httptools", ((100.0, 130.0),)),
+        )
+        for pair in rounds
+        for server, cpu in zip(("relay", "proxy"), pair, strict=True)
+    ]
+    result = {
+        "runs": [],
+        "paced": [],
+        "paced_cpu": paced,
+        "paced_cpu_pace_ms": 20.0,
+        "profiles": {},
+        "micro": {},
+    }
+    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+    text = proxy_overhead.render(result, (), False, env)
+    section = text.split("## CPU per event as deployed: the upstream paced", 1)[1]
+    assert (
+        "waiting 20 ms between a stream's events (a model streaming 50 tokens a second)" in section
+    )
+    assert "| h11 | 32 | 200.0 / 250.0 µs | 1.25x (rounds: 1.25, 1.20, 1.30) |" in section
+    assert "| httptools | 32 | 100.0 / 130.0 µs | 1.30x (rounds: 1.30) |" in section
+    # Context, not a target: no row of the targets' table speaks of the paced runs.
+    targets = text.split("## Targets", 1)[1].split("## CPU per event as deployed", 1)[0]
+    assert "paced" not in targets
+
+
+def test_without_paced_runs_there_is_no_paced_section() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    import proxy_overhead
+
+    result: dict[str, object] = {"runs": [], "paced": [], "profiles": {}, "micro": {}}
+    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+    assert "as deployed" not in proxy_overhead.render(result, (), False, env)
