@@ -163,3 +163,32 @@ def test_without_paced_runs_there_is_no_paced_section() -> None:
     result: dict[str, object] = {"runs": [], "paced": [], "profiles": {}, "micro": {}}
     env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
     assert "as deployed" not in proxy_overhead.render(result, (), False, env)
+
+
+def test_instructions_rows_add_first_level_cache_misses_when_counted() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    import proxy_overhead
+
+    counted = [
+        {
+            "role": "relay",
+            "concurrency": 32,
+            "events": 1920,
+            "per_event": 90_000.0,
+            "l1_misses_per_event": 4_000.0,
+        },
+        {
+            "role": "proxy",
+            "concurrency": 32,
+            "events": 1920,
+            "per_event": 126_000.0,
+            "l1_misses_per_event": 5_800.0,
+        },
+    ]
+    result = {"runs": [], "paced": [], "profiles": {}, "micro": {}, "instructions": counted}
+    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+    text = proxy_overhead.render(result, (), False, env)
+    assert (
+        "| proxy / bare relay, instructions per event, 32 streams | 1.40x (126,000 / 90,000); "
+        "first-level cache misses 1.45x (5,800 / 4,000) | ≤ 1.5x (aim 1.15x) | yes |"
+    ) in text
