@@ -571,10 +571,11 @@ def profile_by_package(path: str, events: int) -> dict[str, Any]:
 
 # -- instructions per event ---------------------------------------------------------------------
 
-# Streams counted in instructions: one stream, and 32 at once (about 2,000 events each); then
-# 200 short streams, 4 at a time, of 2 events: what a request costs (its connection, its body,
-# the upstream request, the access log), which weighs on short completions.
-INSTRUCTION_LEVELS = (Level(1, 1, 2000), Level(32, 32, 60), Level(4, 200, 2))
+# Streams counted in instructions: one stream, and 32 at once, of 2,000 events each as in the
+# CPU runs (shorter streams would share out each request's cost over fewer events); then 200
+# short streams, 4 at a time, of 2 events: what a request costs (its connection, its body, the
+# upstream request, the access log), which weighs on short completions.
+INSTRUCTION_LEVELS = (Level(1, 1, 2000), Level(32, 32, 2000), Level(4, 200, 2))
 _PER_REQUEST_EVENTS = 2
 QUICK_INSTRUCTION_LEVELS = (Level(1, 1, 100),)
 
@@ -889,11 +890,9 @@ def render(
             "Instructions: each server run under valgrind's cachegrind (hash seed fixed), "
             "warmed up, with and without the streams; the difference over the events. "
             "Deterministic, where CPU time on this shared machine moves by tens of percent from "
-            "run to run; blind to the kernel's side of system calls. First-level cache misses "
-            "(code and data, from cachegrind's simulation of the machine's first-level caches) "
-            "say why CPU time grows faster than instructions: each costs a dozen cycles or "
-            "more, and the proxy's work per event brings its own code and data into the same "
-            "small caches as the relay path's.",
+            "run to run; blind to the kernel's side of system calls. First-level cache misses: "
+            "code and data, from cachegrind's simulation of the machine's first-level caches "
+            "(it simulates no second level).",
             "",
         ]
     parts += ["## Per event", ""]
@@ -1063,8 +1062,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--instructions",
         action="store_true",
-        help="also count instructions per event and per request of both servers (needs "
-        "valgrind; 3-4 min)",
+        help="also count instructions and cache misses per event and per request of both "
+        "servers (needs valgrind; about 8 min)",
     )
     parser.add_argument("--role", choices=("upstream", "relay", "proxy"), help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
