@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import proxy_overhead  # noqa: E402
 
 
 def test_quick_run_reports_cpu_latency_and_memory(tmp_path: Path) -> None:
@@ -32,11 +37,22 @@ def test_quick_run_reports_cpu_latency_and_memory(tmp_path: Path) -> None:
         assert run["p99_us"] >= run["p50_us"] > 0
 
 
+_ENV = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
+
+
+def _render(levels: Sequence[proxy_overhead.Level] = (), quick: bool = False, **result: Any) -> str:
+    """The report of a run made of ``result``'s fields (nothing measured: no server runs)."""
+    full: dict[str, Any] = {"runs": [], "paced": [], "profiles": {}, "micro": {}, **result}
+    return proxy_overhead.render(full, levels, quick, _ENV)
+
+
+def _run(server: str, cpu_us: float, concurrency: int = 32) -> proxy_overhead.Run:
+    """A run of 1,000 events that cost ``cpu_us`` each."""
+    return proxy_overhead.Run(server, concurrency, 1000, cpu_us / 1000, 1.0, 1.0, 2.0, 0, 0)
+
+
 def test_instructions_rows_state_the_ratio_per_level() -> None:
     # What --instructions adds to the targets, from counts given here (valgrind is not run).
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
     counted = [
         {"role": "relay", "concurrency": 1, "events": 2000, "per_event": 100_000.0},
         {"role": "proxy", "concurrency": 1, "events": 2000, "per_event": 134_000.0},
@@ -58,9 +74,7 @@ def test_instructions_rows_state_the_ratio_per_level() -> None:
             "events_per_stream": 2,
         },
     ]
-    result = {"runs": [], "paced": [], "profiles": {}, "micro": {}, "instructions": counted}
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    text = proxy_overhead.render(result, (), True, env)
+    text = _render(quick=True, instructions=counted)
     one = "| proxy / bare relay, instructions per event, 1 streams | 1.34x (134,000 / 100,000) |"
     assert one in text
     assert "| 1.60x (144,000 / 90,000) | ≤ 1.5x (aim 1.15x) | **NO** |" in text
@@ -75,22 +89,14 @@ def test_instructions_rows_state_the_ratio_per_level() -> None:
 def test_the_cpu_target_pairs_each_round_relay_with_its_proxy() -> None:
     # The machine drifts between rounds: the lowest of each side pairs the relay's lucky round
     # 3 (30 µs) with the proxy's 48 µs, 1.6x; round by round it is 1.2x twice out of three.
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
-    def run(server: str, cpu_us: float) -> proxy_overhead.Run:
-        return proxy_overhead.Run(server, 1, 1000, cpu_us * 1000 / 1e6, 1.0, 10.0, 20.0, 0, 0)
-
     rounds = [(40.0, 48.0), (50.0, 60.0), (30.0, 48.0)]
     runs = [
-        run(server, cpu)
+        _run(server, cpu, concurrency=1)
         for pair in rounds
         for server, cpu in zip(("relay/h11", "proxy/h11"), pair, strict=True)
     ]
     assert [round(r, 6) for r in proxy_overhead.paired_ratios(runs, 1)] == [1.2, 1.2, 1.6]
-    result = {"runs": runs, "paced": [], "profiles": {}, "micro": {}}
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    text = proxy_overhead.render(result, (proxy_overhead.Level(1, 1, 1000),), False, env)
+    text = _render((proxy_overhead.Level(1, 1, 1000),), runs=runs)
     assert (
         "| proxy / bare relay, CPU per event, 1 streams | 1.20x (rounds: 1.20, 1.20, 1.60; "
         "lowest over lowest 1.60x) | ≤ 1.5x (aim 1.15x) | yes |"
@@ -98,21 +104,13 @@ def test_the_cpu_target_pairs_each_round_relay_with_its_proxy() -> None:
 
 
 def test_with_httptools_both_servers_are_also_compared_on_it() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
-    def run(server: str, concurrency: int, cpu_us: float) -> proxy_overhead.Run:
-        return proxy_overhead.Run(server, concurrency, 1000, cpu_us / 1000, 1.0, 1.0, 2.0, 0, 0)
-
     levels = (proxy_overhead.Level(1, 1, 1000), proxy_overhead.Level(32, 32, 1000))
     runs = [
-        run(f"{server}/{parser}", 32, cpu)
+        _run(f"{server}/{parser}", cpu)
         for parser, pair in (("h11", (40.0, 56.0)), ("httptools", (32.0, 48.0)))
         for server, cpu in zip(("relay", "proxy"), pair, strict=True)
     ]
-    result = {"runs": runs, "paced": [], "profiles": {}, "micro": {}}
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    text = proxy_overhead.render(result, levels, False, env)
+    text = _render(levels, runs=runs)
     assert "| proxy / bare relay, CPU per event, 32 streams | 1.40x (rounds: 1.40;" in text
     assert (
         "| proxy / bare relay, CPU per event, 32 streams, both on httptools | 1.50x (rounds: 1.50;"
@@ -120,14 +118,8 @@ def test_with_httptools_both_servers_are_also_compared_on_it() -> None:
 
 
 def test_the_paced_cpu_ratio_is_shown_beside_the_targets_not_as_one() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
-    def run(server: str, cpu_us: float) -> proxy_overhead.Run:
-        return proxy_overhead.Run(server, 32, 1000, cpu_us / 1000, 1.0, 1.0, 2.0, 0, 0)
-
     paced = [
-        run(f"{server}/{parser}", cpu)
+        _run(f"{server}/{parser}", cpu)
         for parser, rounds in (
             ("h11", ((200.0, 250.0), (220.0, 264.0), (210.0, 273.0))),
             ("httptools", ((100.0, 130.0),)),
@@ -135,16 +127,7 @@ def test_the_paced_cpu_ratio_is_shown_beside_the_targets_not_as_one() -> None:
         for pair in rounds
         for server, cpu in zip(("relay", "proxy"), pair, strict=True)
     ]
-    result = {
-        "runs": [],
-        "paced": [],
-        "paced_cpu": paced,
-        "paced_cpu_pace_ms": 20.0,
-        "profiles": {},
-        "micro": {},
-    }
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    text = proxy_overhead.render(result, (), False, env)
+    text = _render(paced_cpu=paced, paced_cpu_pace_ms=20.0)
     section = text.split("## CPU per event as deployed: the upstream paced", 1)[1]
     assert (
         "waiting 20 ms between a stream's events (a model streaming 50 tokens a second)" in section
@@ -157,18 +140,10 @@ def test_the_paced_cpu_ratio_is_shown_beside_the_targets_not_as_one() -> None:
 
 
 def test_without_paced_runs_there_is_no_paced_section() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
-    result: dict[str, object] = {"runs": [], "paced": [], "profiles": {}, "micro": {}}
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    assert "as deployed" not in proxy_overhead.render(result, (), False, env)
+    assert "as deployed" not in _render()
 
 
 def test_instructions_rows_add_first_level_cache_misses_when_counted() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    import proxy_overhead
-
     counted = [
         {
             "role": "relay",
@@ -185,9 +160,7 @@ def test_instructions_rows_add_first_level_cache_misses_when_counted() -> None:
             "l1_misses_per_event": 5_800.0,
         },
     ]
-    result = {"runs": [], "paced": [], "profiles": {}, "micro": {}, "instructions": counted}
-    env = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
-    text = proxy_overhead.render(result, (), False, env)
+    text = _render(instructions=counted)
     assert (
         "| proxy / bare relay, instructions per event, 32 streams | 1.40x (126,000 / 90,000); "
         "first-level cache misses 1.45x (5,800 / 4,000) | ≤ 1.5x (aim 1.15x) | yes |"
