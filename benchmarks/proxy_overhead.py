@@ -75,8 +75,9 @@ class Level:
 
 FULL_LEVELS = (Level(1, 12, 2000), Level(32, 32, 2000), Level(1000, 1000, 120))
 QUICK_LEVELS = (Level(1, 1, 100), Level(4, 4, 50))
-# For the added latency: an upstream paced well below what the servers can carry, so that the
-# transit time is the servers' own and not a queue (with no delay, the queue is most of it).
+# For the added latency: an upstream paced, so that the transit time is the servers' own and
+# not a queue (with no delay, the queue is most of it). At 1,000 streams only in part: 10,000
+# events a second is about a core of either server on a 2-core machine.
 LATENCY_LEVELS = (Level(1, 1, 500, 2.0), Level(32, 32, 100, 20.0), Level(1000, 1000, 20, 100.0))
 QUICK_LATENCY_LEVELS = (Level(1, 1, 50, 2.0),)
 # CPU per event as a deployed server spends it: tokens come some milliseconds apart, so each
@@ -574,9 +575,9 @@ def profile_by_package(path: str, events: int) -> dict[str, Any]:
 # Streams counted in instructions: one stream of 2,000 events, and 32 at once of 600 (a
 # request's own cost, shared out over its events, is then about 6% of an event's; under
 # valgrind, 32 streams of 2,000 starve the proxy's new upstream connections past its 30 s
-# connect timeout); then 200 short
-# streams, 4 at a time, of 2 events: what a request costs (its connection, its body, the
-# upstream request, the access log), which weighs on short completions.
+# connect timeout); then 200 short streams, 4 at a time, of 2 events: what a request costs
+# (its connection, its body, the upstream request, the access log), which weighs on short
+# completions.
 INSTRUCTION_LEVELS = (Level(1, 1, 2000), Level(32, 32, 600), Level(4, 200, 2))
 _PER_REQUEST_EVENTS = 2
 QUICK_INSTRUCTION_LEVELS = (Level(1, 1, 100),)
@@ -977,8 +978,10 @@ def render(
         "## Added latency, upstream paced",
         "",
         "The same, with the upstream waiting between events (2 ms at 1 stream, 20 ms at 32, "
-        "100 ms at 1,000: below what the servers can carry), so that transit is the servers' "
-        "own work and not a queue. h11 for both servers.",
+        "100 ms at 1,000), so that transit is the servers' own work and not a queue. h11 for "
+        "both servers. At 1,000 streams that is 10,000 events a second, about a core of either "
+        "server at its CPU per event above, on a machine whose other core runs the client and "
+        "the upstream: that row includes queueing.",
         "",
         table(["server", "streams", "events", "transit p50 / p99", "added over direct"], rows),
         "",
