@@ -1068,7 +1068,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--instructions",
         action="store_true",
         help="also count instructions and cache misses per event and per request of both "
-        "servers (needs valgrind; about 8 min)",
+        "servers (needs valgrind; about 7 min)",
     )
     parser.add_argument("--role", choices=("upstream", "relay", "proxy"), help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
