@@ -602,11 +602,25 @@ def count_instructions(role: str, upstream: str, level: Level | None) -> dict[st
         finally:
             server.stop()
         text = counts.read_text()
-    names = re.search(r"^events:\s+(.+)$", text, re.MULTILINE)
-    found = re.search(r"^summary:\s+(.+)$", text, re.MULTILINE)
+    try:
+        return cachegrind_totals(text)
+    except ValueError as error:
+        raise RuntimeError(f"{error} (for the {role})") from error
+
+
+def cachegrind_totals(text: str) -> dict[str, int]:
+    """The whole program's count of each event in a cachegrind output file: its ``events:``
+    line names them, its ``summary:`` line gives them in the same order."""
+    names = re.search(r"^events:[ \t]+(.+)$", text, re.MULTILINE)
+    found = re.search(r"^summary:[ \t]+(.+)$", text, re.MULTILINE)
     if names is None or found is None:
-        raise RuntimeError(f"no counts in cachegrind's output for {role}")
-    return dict(zip(names[1].split(), map(int, found[1].split()), strict=True))
+        raise ValueError("no events: and summary: lines in cachegrind's output")
+    values = [int(value) for value in found[1].split()]
+    if len(values) != len(names[1].split()):
+        raise ValueError(
+            f"cachegrind's summary has {len(values)} counts for the events {names[1].split()}"
+        )
+    return dict(zip(names[1].split(), values, strict=True))
 
 
 def bench_instructions(levels: Sequence[Level]) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
@@ -165,3 +167,32 @@ def test_instructions_rows_add_first_level_cache_misses_when_counted() -> None:
         "| proxy / bare relay, instructions per event, 32 streams | 1.40x (126,000 / 90,000); "
         "first-level cache misses 1.45x (5,800 / 4,000) | ≤ 1.5x (aim 1.15x) | yes |"
     ) in text
+
+
+CACHEGRIND_OUTPUT = """\
+# callgrind format
+version: 1
+creator: cachegrind 3.22.0
+pid: 4242
+cmd: python proxy_overhead.py --role relay
+events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
+fl=???
+fn=???
+0 12 1 1 3 0 0 2 0 0
+summary: 1370831829 14499594 25507 393930674 10979020 98430 192592063 1440913 429074
+"""
+
+
+def test_cachegrind_totals_are_read_by_event_name() -> None:
+    totals = proxy_overhead.cachegrind_totals(CACHEGRIND_OUTPUT)
+    assert totals["Ir"] == 1_370_831_829
+    assert (totals["I1mr"], totals["D1mr"], totals["D1mw"]) == (14_499_594, 10_979_020, 1_440_913)
+    # Without cache simulation only instructions are counted: the same reading.
+    assert proxy_overhead.cachegrind_totals("events: Ir\nsummary: 123\n") == {"Ir": 123}
+
+
+def test_cachegrind_output_without_totals_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="no events: and summary: lines"):
+        proxy_overhead.cachegrind_totals("events: Ir\n")
+    with pytest.raises(ValueError, match=r"summary has 1 counts for the events \['Ir', 'I1mr'\]"):
+        proxy_overhead.cachegrind_totals("events: Ir I1mr\nsummary: 5\n")
