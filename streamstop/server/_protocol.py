@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import uvicorn
@@ -105,6 +106,7 @@ class HeadGuard(asyncio.Protocol):
     tasks: set[Any]
     config: uvicorn.Config
     app: Any
+    logger: logging.Logger
 
     def _guard(self, config: uvicorn.Config) -> None:
         self._head_timeout: float | None = getattr(config, "head_timeout", None)
@@ -127,6 +129,12 @@ class HeadGuard(asyncio.Protocol):
         over = limit is not None and (len(self.connections) > limit or len(self.tasks) >= limit)
         self.app = self._busy_app if over else self.config.loaded_app
         return over
+
+    def _head_arrived(self, over: bool) -> None:
+        """A request's head is in and its request runs (the busy app's, if ``over``)."""
+        self._disarm()
+        if over:
+            self.logger.warning("Exceeded concurrency limit.")
 
     def _arm(self) -> None:
         self._disarm()
@@ -169,9 +177,7 @@ class GuardedH11Protocol(HeadGuard, H11Protocol):
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:
-            self._disarm()  # a head arrived: its request runs
-            if over:
-                self.logger.warning("Exceeded concurrency limit.")
+            self._head_arrived(over)
 
     def on_response_complete(self) -> None:
         # Armed first: a pipelined request handled by the call below disarms it again.

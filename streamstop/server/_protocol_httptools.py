@@ -60,11 +60,9 @@ class GuardedHttpToolsProtocol(HeadGuard, HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._disarm()  # a head arrived: its request runs
         over = self._choose_app()
         super().on_headers_complete()
-        if over:
-            self.logger.warning("Exceeded concurrency limit.")
+        self._head_arrived(over)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
