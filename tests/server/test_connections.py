@@ -206,7 +206,6 @@ def test_a_head_over_its_size_is_refused(guarded: GuardedServer) -> None:
     with guarded.connect() as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: " + b"x" * 4096)
         refused = read_to_end(sock)
-    assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     bad_request(refused)
 
 
@@ -215,7 +214,6 @@ def test_a_head_sent_in_small_pieces_is_refused_past_its_size(guarded: GuardedSe
     # One endless header value, a few bytes per read: counted across the reads.
     with guarded.connect() as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: ")
-        refused = b""
         try:
             for _ in range(400):
                 sock.sendall(b"x" * 8)
@@ -223,7 +221,6 @@ def test_a_head_sent_in_small_pieces_is_refused_past_its_size(guarded: GuardedSe
         except (BrokenPipeError, ConnectionResetError):
             pass  # refused and closed while sending
         refused = read_to_end(sock)
-    assert refused.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     bad_request(refused)
 
 
