@@ -732,25 +732,23 @@ def bench(
                     server = _child(name, "--upstream", upstream.url, "--http", parser)
                     try:
                         _warm_up(server)
-                        measured = [(name, level) for level in levels]
+                        # (the run's server name, its level, the list it goes in)
+                        measured = [(f"{name}/{parser}", level, runs) for level in levels]
                         if parser == "httptools":
                             measured = measured[1:2]
                         elif name == "proxy":
                             # The same stack, not filtering: what filtering costs.
                             unfiltered = dataclasses.replace(levels[1], stops=False)
-                            measured.append((_UNFILTERED, unfiltered))
-                        measured.append((_PACED, paced_cpu_level))
-                        for label, level in measured:
-                            if label == _PACED:
-                                run = _measure(f"{name}/{parser}", server, server.url, level)
-                                paced_cpu.append(run)
-                                label = f"{name}, paced"
-                            else:
-                                run = _measure(f"{label}/{parser}", server, server.url, level)
-                                runs.append(run)
+                            measured.append((f"{_UNFILTERED}/{parser}", unfiltered, runs))
+                        measured.append((f"{name}/{parser}", paced_cpu_level, paced_cpu))
+                        for server_name, level, into in measured:
+                            run = _measure(server_name, server, server.url, level)
+                            into.append(run)
+                            suffix = ", paced" if into is paced_cpu else ""
                             progress(
-                                f"{label}/{parser} round {round_index + 1}, {level.concurrency} "
-                                f"streams: {run.cpu_us_per_event:.1f} µs CPU per event"
+                                f"{server_name}{suffix} round {round_index + 1}, "
+                                f"{level.concurrency} streams: {run.cpu_us_per_event:.1f} µs CPU "
+                                "per event"
                             )
                     finally:
                         server.stop()
@@ -787,7 +785,6 @@ def bench(
 
 
 _UNFILTERED = "proxy, requests without stop"
-_PACED = "paced"
 
 
 def _best(runs: list[Run], server: str, concurrency: int) -> Run | None:
