@@ -55,7 +55,8 @@ import anyio.to_thread
 
 from .._automaton import StopAutomaton
 from .._chunks import cut_response
-from .._families import FAMILIES, FAMILY_PATHS, Family, FamilyStream
+from .._families import FAMILIES, FAMILY_PATHS
+from .._family import Family, FamilyStream
 from .._sse_filter import SSEFilter
 from ._asgi import (
     DISCONNECT_WATCHED,

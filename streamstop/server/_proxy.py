@@ -59,7 +59,8 @@ import anyio
 import anyio.to_thread
 
 from .. import _json
-from .._families import FAMILIES, FAMILY_PATHS, Family, LineTooLarge, NDJSONDecoder
+from .._families import FAMILIES, FAMILY_PATHS
+from .._family import Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
     Receive,

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstop import StopAutomaton
-from streamstop._families import FAMILIES, FamilyStream, NDJSONDecoder
+from streamstop._families import FAMILIES
+from streamstop._family import FamilyStream, NDJSONDecoder
 from streamstop._sse import SSEDecoder, SSEFrameTooLarge
 
 from ..json_codecs import json_codec  # noqa: F401 (a fixture)
@@ -563,9 +564,12 @@ def test_any_split_gives_the_reference_cut(text: str, cuts: list[int], family: s
 def test_module_all_and_doctests() -> None:
     import doctest
 
-    import streamstop._families as module
+    import streamstop._families as adapters
+    import streamstop._family as core
 
     from ..public_api import public_definitions
 
-    assert set(module.__all__) == public_definitions(module) | {"FAMILIES", "FAMILY_PATHS"}
-    assert doctest.testmod(module).failed == 0
+    assert set(adapters.__all__) == public_definitions(adapters) | {"FAMILIES", "FAMILY_PATHS"}
+    assert set(core.__all__) == public_definitions(core)
+    for module in (adapters, core):
+        assert doctest.testmod(module).failed == 0

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamstop import _json
-from streamstop._families import FAMILIES, FamilyStream
+from streamstop._families import FAMILIES
+from streamstop._family import FamilyStream
 from streamstop.chat import SSEFilter
 
 from ..json_codecs import json_codec  # noqa: F401 (a fixture)
