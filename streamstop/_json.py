@@ -1,7 +1,9 @@
-"""The JSON codec of the streaming paths: orjson where installed (the ``fast`` extra), else the
+"""The one JSON codec of streamstop: orjson where installed (the ``fast`` extra), else the
 standard library, with the same results either way.
 
-Rules of this module (the only place the event paths choose how JSON is read and written):
+Rules of this module (the only place the stream filters, the middleware, the proxy and the echo
+model choose how JSON is read and written; what any of them sends goes through :func:`dumps`, so a
+lone surrogate is never a ``UnicodeEncodeError``, a 500, on any path):
 
 - :func:`loads` returns what ``json.loads`` returns. orjson parses the usual event (about 3x
   faster); whatever it does not take as the standard library would goes to ``json.loads``: a

@@ -5,11 +5,12 @@ Only the standard library and anyio: importing this never needs the ``server`` e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, TypeAlias
 
 import anyio
+
+from .. import _json
 
 __all__ = [
     "DISCONNECT_WATCHED",
@@ -96,7 +97,7 @@ async def send_json(
     *,
     headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    body = _json.dumps(payload)
     await send(
         {
             "type": "http.response.start",

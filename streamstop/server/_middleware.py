@@ -44,7 +44,6 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from .. import _json
 from .._automaton import StopAutomaton
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS
@@ -146,16 +146,6 @@ def _identity_encoding(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[byt
     kept = [(key, value) for key, value in headers if key.lower() != b"accept-encoding"]
     kept.append((b"accept-encoding", b"identity"))
     return kept
-
-
-def _encode_json(value: Any, *, compact: bool = False) -> bytes:
-    separators = (",", ":") if compact else None
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=separators).encode()
-    except UnicodeEncodeError:
-        # A lone surrogate in a field this layer does not read: escaped, the receiver gets the
-        # same JSON value (that field is the app's, or the client's, to judge).
-        return json.dumps(value, separators=separators).encode()
 
 
 class StopMiddleware:
@@ -281,7 +271,7 @@ class StopMiddleware:
             del request["stop"]
             # Cut out of the bytes when it can be: json.dumps of a large body holds the GIL.
             cut = without_key(body, "stop") if len(body) > _SPLICE_BYTES else None
-            body = cut if cut is not None else _encode_json(request)
+            body = cut if cut is not None else _json.dumps(request)
         model = request.get("model")
         stream = wants_stream(request)
         return _Prepared(
@@ -305,7 +295,7 @@ class StopMiddleware:
                 if len(family.stop_path) == 1 and len(body) > _SPLICE_BYTES
                 else None
             )
-            body = cut if cut is not None else _encode_json(request)
+            body = cut if cut is not None else _json.dumps(request)
         model = request.get("model")
         return _Prepared(
             body=body,
@@ -665,13 +655,13 @@ class _Exchange:
         """The body cut at its stops (itself if it is not a JSON object or nothing was cut),
         and the stops that fired. Pure CPU work: run in a worker thread for large bodies."""
         try:
-            response = json.loads(body)
+            response = _json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, []
         if self._family is not None:
             cut, fired = self._family.cut_whole(response, self._automaton, self._include_stop)
-            return (_encode_json(cut, compact=True) if fired else body), fired
+            return (_json.dumps(cut) if fired else body), fired
         if not isinstance(response, dict):
             return body, []
         cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)
-        return (_encode_json(cut, compact=True) if fired else body), fired
+        return (_json.dumps(cut) if fired else body), fired

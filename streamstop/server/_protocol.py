@@ -28,13 +28,13 @@ event on h11 (benchmarks/README.md).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .. import _json
 from ._asgi import Receive, Scope, Send, error_payload, send_error
 
 __all__ = [
@@ -82,7 +82,7 @@ class ServerConfig(uvicorn.Config):
 def _error_response(status_line: bytes, message: str, code: str) -> bytes:
     """A whole HTTP/1.1 response ending the connection, with an OpenAI-shaped error body:
     written straight to the transport where uvicorn has no request cycle to send it through."""
-    body = json.dumps(error_payload(message, code=code), separators=(",", ":")).encode()
+    body = _json.dumps(error_payload(message, code=code))
     return (
         b"HTTP/1.1 " + status_line + b"\r\ncontent-type: application/json\r\n"
         b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body

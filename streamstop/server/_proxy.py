@@ -338,7 +338,7 @@ def _error_event(message: str, code: str) -> bytes:
 
 def _error_line(message: str, code: str) -> bytes:
     payload = error_payload(message, type="server_error", code=code)
-    return json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+    return _json.dumps(payload) + b"\n"
 
 
 def _is_whole_event(pending: bytes) -> bool:

@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any
 
+from .. import _json
 from .._chunks import is_choice_count
 from ._asgi import Send, send_error
 from ._limits import RequestLimits
@@ -113,7 +114,7 @@ def parse_body(body: bytes, limits: RequestLimits, *, openai: bool = True) -> di
         )
     containers = body.count(b"{") + body.count(b"[")
     try:
-        request = json.loads(body)
+        request = _json.loads(body)
     except RecursionError:
         request = None
         too_deep = True
