@@ -12,6 +12,8 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 - :class:`FamilyStream` is the core: it frames (SSE or NDJSON), parses each JSON payload once,
   keeps one :class:`~streamstop.StopBuffer` per slot and asks the adapter only the questions
   above. An unchanged event passes byte for byte; a rewritten one is re-encoded.
+- A frame whose data is not a JSON object (but for empty data and ``[DONE]``) is a broken
+  stream: it ends in error (``upstream_invalid_event``), as the client could not parse it.
 - After a cut the stream is :attr:`FamilyStream.done` (with several slots, once every slot is
   over) and the upstream may close. Events that are not text pass through untouched. An upstream
   error payload ends the stream and drops the text held back (it may be the start of a stop), as
@@ -26,7 +28,15 @@ from typing import Any
 from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
-from ._sse import SSEDecoder, SSEFrameTooLarge, encode_event, event_data, is_whole, parse_field
+from ._sse import (
+    SSEDecoder,
+    SSEFrameTooLarge,
+    encode_event,
+    event_data,
+    is_whole,
+    parse_field,
+    snippet,
+)
 
 __all__ = [
     "Family",
@@ -299,7 +309,7 @@ class FamilyStream:
             line = self._ndjson.flush()
             if line is not None:
                 payload = _parse(line)
-                if payload is None:
+                if not isinstance(payload, dict):
                     self._error = "truncated"
                     return self._fail(
                         "The upstream stream ended in the middle of a line.", "upstream_truncated"
@@ -321,7 +331,7 @@ class FamilyStream:
     def _fail(self, message: str, code: str) -> bytes:
         return self.fail(self._family.error_payload(message, code))
 
-    def _frames(self, data: bytes) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
+    def _frames(self, data: bytes) -> Iterator[tuple[bytes, dict[str, Any] | _Broken | None]]:
         if self._sse is not None:
             value = self._sse.data_line(data)
             if value is not None:  # the usual read: one event, one data line
@@ -349,9 +359,15 @@ class FamilyStream:
     def _event(self, event: Any) -> bytes:
         return self._payload(event.raw, _event_payload(event.lines))
 
-    def _payload(self, raw: bytes, payload: dict[str, Any] | None) -> bytes:
+    def _payload(self, raw: bytes, payload: dict[str, Any] | _Broken | None) -> bytes:
         if payload is None:
             return raw
+        if isinstance(payload, _Broken):
+            # The client's parser would choke on it: a broken stream, ended in error.
+            return self._fail(
+                f"The upstream sent a frame that is not a JSON object: {snippet(payload.data)}.",
+                "upstream_invalid_event",
+            )
         family = self._family
         if family.is_error(payload):
             self._done = True
@@ -412,15 +428,29 @@ class FamilyStream:
         return b"".join(out)
 
 
-def _parse(data: bytes) -> dict[str, Any] | None:
+class _Broken:
+    """Data that is there but is not a JSON object: the upstream broke its stream."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def _parse(data: bytes) -> dict[str, Any] | _Broken | None:
+    """A frame's JSON object; ``None`` for no payload (empty data, ``[DONE]``)."""
     try:
         payload = _json.loads(data)
     except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        return payload
+    if not data.strip() or data.strip() == b"[DONE]":
         return None
-    return payload if isinstance(payload, dict) else None
+    return _Broken(data)
 
 
-def _event_payload(lines: Sequence[bytes]) -> dict[str, Any] | None:
+def _event_payload(lines: Sequence[bytes]) -> dict[str, Any] | _Broken | None:
     if len(lines) == 1 and lines[0].startswith(b"data:"):
         data: bytes | None = lines[0][5:]
     else:

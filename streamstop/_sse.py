@@ -34,6 +34,7 @@ __all__ = [
     "event_data",
     "is_whole",
     "parse_field",
+    "snippet",
 ]
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -95,6 +96,19 @@ def event_data(fields: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     """The joined ``data:`` values of an event's fields, or ``None`` if it has none."""
     data = [value for name, value in fields if name == b"data"]
     return b"\n".join(data) if data else None
+
+
+def snippet(data: bytes, limit: int = 80) -> str:
+    """``data`` shown in an error message: its start, as a Python bytes literal.
+
+    >>> snippet(b"{not json")
+    "b'{not json'"
+    >>> snippet(b"x" * 100, limit=4)
+    "b'xxxx'... (100 bytes)"
+    """
+    if len(data) <= limit:
+        return repr(data)
+    return f"{data[:limit]!r}... ({len(data)} bytes)"
 
 
 def is_whole(event: RawEvent) -> bool:

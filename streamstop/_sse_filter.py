@@ -6,9 +6,9 @@ events becomes):
 - An unchanged event passes byte for byte; a rewritten one is re-encoded by the one encoder.
 - The stream ends at ``data: [DONE]`` (the held text goes out first: the model finished), at an
   error event, at a frame over its limit, or when every choice is over.
-- An upstream fault never lets held text out: after an error event, or a line or event over
-  its limit, the text held back (a possible beginning of a stop) is dropped, and the stream
-  ends with the error event.
+- An upstream fault never lets held text out: after an error event, a chunk that is not JSON,
+  or a line or event over its limit, the text held back (a possible beginning of a stop) is
+  dropped, and the stream ends with the error event.
 - With ``include_usage`` (the request's ``stream_options.include_usage``), a stream cut by a
   stop still ends with a usage chunk (``choices: []``), since the upstream's own will never
   come: ``completion_tokens`` is the number of (event, choice) pairs received with non-empty
@@ -39,6 +39,7 @@ from ._sse import (
     event_data,
     is_whole,
     parse_field,
+    snippet,
 )
 
 __all__ = ["SSEFilter"]
@@ -71,7 +72,9 @@ class SSEFilter:
     ``\\r`` line ends). ``data:`` events holding a JSON chunk go through a
     :class:`ChunkFilter`; an event that is unchanged is passed on byte for byte, a rewritten one
     is sent as a single ``data:`` line (its other fields, ``event:`` or ``id:``, kept); comments,
-    other events and data that is not JSON pass through.
+    named events (``event: ping``) and empty data pass through; a chunk whose data is not a
+    JSON object ends the stream in error (``upstream_invalid_event``): the client would fail to
+    parse it.
 
     ``data: [DONE]`` ends the stream, releasing the held text first. An error event
     (``data: {"error": ...}``) ends it too, dropping the held text (see the module's rules).
@@ -178,7 +181,7 @@ class SSEFilter:
                 try:
                     chunk = _json.loads_lossy(value)
                 except ValueError:
-                    return data
+                    return self._not_json(data, value, ())
                 chunks = self._chunks
                 out = chunks.feed_usual(chunk, value, _reread)
                 if out is chunk:
@@ -287,10 +290,31 @@ class SSEFilter:
         try:
             chunk = _json.loads(data)
         except ValueError:
-            return raw
+            return self._not_json(raw, data, others)
         if type(chunk) is not dict:  # JSON objects are read as plain dicts
-            return raw
+            return self._not_json(raw, data, others)
         return self._chunk(raw, chunk, others)
+
+    def _not_json(self, raw: bytes, data: bytes, others: Sequence[bytes]) -> bytes:
+        """An event whose data is not a JSON object: a named event of the upstream's own
+        (``event: ping``) or empty data passes; a chunk that is not one is a broken stream,
+        which the client's parser would choke on: it ends in error, the held text dropped."""
+        if not data.strip() or any(
+            name == b"event" and value.strip() != b"message"
+            for name, value in map(parse_field, others)
+        ):
+            return raw
+        return self.fail(
+            {
+                "error": {
+                    "message": f"The upstream sent an event that is not a JSON object: "
+                    f"{snippet(data)}.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "upstream_invalid_event",
+                }
+            }
+        )
 
     def _chunk(self, raw: bytes, chunk: dict[str, Any], others: Sequence[bytes]) -> bytes:
         """What is sent for the event ``raw`` holding ``chunk`` (read exactly)."""

@@ -591,3 +591,33 @@ def test_module_all_and_doctests() -> None:
         parameters = inspect.signature(cls).parameters
         assert parameters["n"].default is None
         assert parameters["include_stop"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+# Events whose data is not a JSON object: the upstream's own named events pass, a chunk that is
+# not one ends the stream in error with the held text dropped (the client could not parse it).
+NOT_JSON_CASES = {
+    "a named event passes": (b"event: ping\ndata: not json\n\n", True),
+    "empty data passes": (b"data:\n\n", True),
+    "a broken chunk": (b"data: {not json\n\n", False),
+    "a JSON value that is not an object": (b"data: 42\n\n", False),
+    "a broken chunk of two lines": (b"data: {\ndata: oops\n\n", False),
+    "an event named message is a chunk": (b"event: message\ndata: nope\n\n", False),
+}
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize("name", sorted(NOT_JSON_CASES))
+def test_sse_data_that_is_not_a_json_object(name: str, bytewise: bool) -> None:
+    event, passes = NOT_JSON_CASES[name]
+    body = sse_body([chat(0, "Hi<")], done=False) + event + sse_body([chat(0, "3")])
+    pieces = iter([body[i : i + 1] for i in range(len(body))]) if bytewise else None
+    out = run_sse(body, ["<!"], pieces)
+    if passes:
+        assert event in out
+        assert sse_text(out.replace(event, b"")) == "Hi<3"
+        return
+    assert event not in out
+    assert sse_text(out) == "Hi"  # the held "<" is dropped
+    errors = [e for e in parse_sse(out) if e != "[DONE]" and "error" in e]
+    assert [e["error"]["code"] for e in errors] == ["upstream_invalid_event"]
+    assert b"[DONE]" not in out

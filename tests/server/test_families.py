@@ -573,3 +573,28 @@ def test_module_all_and_doctests() -> None:
     assert set(core.__all__) == public_definitions(core)
     for module in (adapters, core):
         assert doctest.testmod(module).failed == 0
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_frame_that_is_not_json_ends_the_stream_in_error(family: str, bytewise: bool) -> None:
+    # After the frame that leaves "<" held (a possible start of "<!"), a frame the client could
+    # not parse: the stream ends with the family's error, the held "<" dropped.
+    write, read = WRITERS[family]
+    data = write(["ab<", "cd"])
+    sse = FAMILIES[family].framing == "sse"
+    separator, broken = (b"\n\n", b"data: {not json\n\n") if sse else (b"\n", b"{not json\n")
+    frames = data.split(separator)
+    text_frame = next(i for i, frame in enumerate(frames) if b"ab<" in frame)
+    head = separator.join(frames[: text_frame + 1]) + separator
+    stream = FamilyStream(FAMILIES[family], "<!")
+    body = head + broken
+    pieces = [body[i : i + 1] for i in range(len(body))] if bytewise else [body]
+    out = b"".join(stream.feed(piece) for piece in pieces) + stream.flush()
+    assert stream.error == "upstream"
+    assert stream.done
+    result = read(out)
+    assert result.error
+    assert result.text == "ab"
+    assert broken not in out
+    assert b"not a JSON object" in out
