@@ -136,7 +136,8 @@ def _message_text(content: object) -> str:
 
 
 class EchoModel:
-    """An OpenAI-compatible ASGI app with one model, ``echo``, that streams its input back.
+    """An ASGI app with one model, ``echo``, that streams its input back in the OpenAI API and
+    in each other family's own (see the module's docstring for the paths).
 
     ``delay`` is the pause, in seconds, after each streamed piece (0: none, pieces still yield
     to the event loop). ``on_stream_end(outcome)`` is called at the end of each streamed

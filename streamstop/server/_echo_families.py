@@ -27,6 +27,8 @@ Rules of this module (no I/O: :class:`~streamstop.server.EchoModel` reads, paces
   one: llama.cpp and TGI serve whatever they loaded), each in its API's error shape.
 - The echo knows nothing of stops: a stop field is ignored, like any field the echo does not
   read. What cuts is the middleware in front.
+- The Responses and Gemini writers live in :mod:`._echo_responses_gemini` (for length only);
+  :func:`~streamstop.server._echo.writer_for` routes a path to its writer.
 """
 
 from __future__ import annotations
@@ -187,12 +189,13 @@ def _object(request: dict[str, Any], field: str) -> dict[str, Any]:
     return value
 
 
-def _flag(request: dict[str, Any], field: str, default: bool) -> bool:
-    value = request.get(field)
+def _flag(request: dict[str, Any], key: str, default: bool, field: str | None = None) -> bool:
+    """The boolean ``request[key]`` (``default`` if absent); ``field`` names it in errors."""
+    value = request.get(key)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise _bad(field, f"expected a boolean, got {describe(value)}.")
+        raise _bad(field or key, f"expected a boolean, got {describe(value)}.")
     return value
 
 
@@ -533,7 +536,7 @@ class TGI(Writer):
             raise _bad("inputs", f"expected a string, got {describe(inputs)}.")
         parameters = _object(request, "parameters")
         # TGI answers details only when asked (the field defaults to false in its router).
-        self.details = _flag(parameters, "details", False) if parameters else False
+        self.details = _flag(parameters, "details", False, "parameters.details")
         cap = _count(parameters.get("max_new_tokens"), "parameters.max_new_tokens", MAX_TOKENS)
         return echo_job((inputs,), stream=self.streaming, model=model, max_tokens=cap)
 

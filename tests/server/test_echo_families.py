@@ -260,6 +260,9 @@ ERRORS: dict[str, tuple[str, Any, int, str, Any]] = {
     "tgi bad max_new_tokens": (
         "/generate_stream", {"inputs": "x", "parameters": {"max_new_tokens": MAX_TOKENS + 1}},
         400, "'parameters.max_new_tokens'", tgi_error),
+    "tgi details not a boolean": (
+        "/generate", {"inputs": "x", "parameters": {"details": "yes"}}, 400,
+        "'parameters.details'", tgi_error),
     "responses unknown model": (
         "/v1/responses", {"model": "gpt-5", "input": "x"}, 404, "'gpt-5'", openai_error),
     "responses without input": ("/v1/responses", {"model": "echo"}, 400, "'input'",
