@@ -104,7 +104,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 # Listed by `streamstop --help` without importing the server package (which the core commands
 # do not need); `main` builds the full parser for these two only.
 SERVER_COMMANDS = {
-    "serve": "serve the built-in 'echo' model over the OpenAI API, stops applied",
+    "serve": "serve the built-in 'echo' model in every API family, stops applied",
     "proxy": "put the stop middleware in front of an OpenAI, Anthropic, Ollama, llama.cpp or TGI "
     "server",
 }

@@ -289,11 +289,15 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     serve = commands.add_parser(
         "serve",
         help=SERVER_COMMANDS["serve"],
-        description="An OpenAI-compatible server whose one model, 'echo', streams back the "
-        "last user message (chat) or the prompt (completions) in token-sized pieces, behind "
-        "the stop middleware: send any number of stops and watch them cut. Every flag can "
-        "also be set by the environment variable named after it in brackets; a flag given "
-        f"beats its variable. Needs the server extra: {_INSTALL_HINT}.",
+        description="A server whose one model, 'echo', streams back the last user message "
+        "(or the prompt) in token-sized pieces, behind the stop middleware, in every API "
+        "family it filters: OpenAI chat and completions under /v1, OpenAI Responses "
+        "(/v1/responses), Anthropic (/v1/messages), Ollama (/api/chat, /api/generate), "
+        "llama.cpp (/completion), TGI (/generate, /generate_stream) and Gemini "
+        "(/v1beta/models/echo:generateContent, :streamGenerateContent). Send any number of "
+        "stops and watch them cut. Every flag can also be set by the environment variable "
+        "named after it in brackets; a flag given beats its variable. Needs the server extra: "
+        f"{_INSTALL_HINT}.",
     )
     _add_common(serve)
     serve.add_argument(
@@ -552,7 +556,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     if sock is None:
         return 1
     url = _url(sock)
-    print(f"streamstop: model 'echo' serving the OpenAI API at {url} (Ctrl-C to stop)")
+    print(
+        f"streamstop: model 'echo' serving the OpenAI API at {url} and Anthropic, Ollama, "
+        "llama.cpp, TGI, Responses and Gemini at their own paths (Ctrl-C to stop)"
+    )
     print(
         f"try: curl -N {url}/chat/completions -H 'Content-Type: application/json' -d "
         '\'{"model": "echo", "stream": true, "stop": ["four"], "messages": [{"role": "user", '

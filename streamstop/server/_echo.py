@@ -1,16 +1,23 @@
-"""EchoModel: an OpenAI-compatible ASGI app whose one model, ``echo``, repeats its input.
+"""EchoModel: an ASGI app whose one model, ``echo``, repeats its input in every API family.
 
 Chat completions echo the last user message, legacy completions the prompt, streamed in
 token-sized pieces of 2 to 5 characters (each choice cut at a different phase, so stops fall
 across pieces differently for each). The model knows nothing of stops: put it behind
 :class:`~streamstop.server.StopMiddleware` and every cut you see was made there.
 
-Endpoints: ``GET /v1/models``, ``GET /v1/models/echo``, ``POST /v1/chat/completions`` and
+OpenAI endpoints: ``GET /v1/models``, ``GET /v1/models/echo``, ``POST /v1/chat/completions`` and
 ``POST /v1/completions`` (``n``, ``stream``, ``stream_options.include_usage``, ``max_tokens``).
 Errors are OpenAI-shaped, with status 400, 404, 405 or 413. What one request may ask is bounded,
 each bound a 400 naming the field and the value: ``n`` and the prompts up to 128 each, and 128
 choices in all (``n`` x prompts); 2 MiB of echoed characters in all (``n`` x the prompts'
 length); ``max_tokens`` up to the pieces such an echo can have.
+
+The other families, each in its own wire format and error shape, with the same bounds, pacing
+and ``on_stream_end`` (:mod:`._echo_families`, :mod:`._echo_responses_gemini`): Anthropic
+``POST /v1/messages``; Ollama ``POST /api/chat`` and ``/api/generate``; llama.cpp
+``POST /completion`` (and ``/completions``); TGI ``POST /generate`` and ``/generate_stream``;
+OpenAI Responses ``POST /v1/responses``; Gemini ``POST /v1beta/models/echo:generateContent``
+and ``:streamGenerateContent`` (``?alt=sse``: SSE; without: a JSON array).
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 
@@ -37,26 +45,20 @@ from ._asgi import (
     send_json,
     serve_lifespan,
 )
+from ._echo_families import MAX_BODY as _MAX_BODY
+from ._echo_families import MAX_CHOICES as _MAX_CHOICES
+from ._echo_families import MAX_ECHO_CHARS as _MAX_ECHO_CHARS
+from ._echo_families import MAX_N as _MAX_N
+from ._echo_families import MAX_PROMPTS as _MAX_PROMPTS
+from ._echo_families import MAX_TOKENS as _MAX_TOKENS
+from ._echo_families import TGI, Anthropic, LlamaCpp, Ollama, Writer, parse_object
+from ._echo_responses_gemini import Gemini, Responses
 from ._request import InvalidRequest as _InvalidRequest
 from ._request import describe as _describe
 from ._request import parse_n
 
-__all__ = ["EchoModel", "echo_pieces"]
+__all__ = ["EchoModel", "echo_pieces", "writer_for"]
 
-# What one request may ask of the echo model. Its work is n x the prompts' length: unbounded,
-# 128 copies of 1,000 prompts of a 8 MiB body stalled the server for 45 s and took 5.6 GB.
-_MAX_BODY = 8 * 1024 * 1024
-# OpenAI's own bound on n; the same for prompts in one legacy completion, and for choices in one
-# response (n x prompts), since each choice is a stream of its own.
-_MAX_N = 128
-_MAX_PROMPTS = 128
-_MAX_CHOICES = 128
-# Characters echoed in all choices together (n x the prompts' length): 2 MiB is 600,000 pieces,
-# tens of MB and about a second of work at most; the body alone allows 8 MiB.
-_MAX_ECHO_CHARS = 2 * 1024 * 1024
-# The most pieces an echo within _MAX_ECHO_CHARS can have (2 characters each, at the least):
-# a larger max_tokens asks for what no response here can hold.
-_MAX_TOKENS = _MAX_ECHO_CHARS // 2
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -134,7 +136,8 @@ def _message_text(content: object) -> str:
 
 
 class EchoModel:
-    """An OpenAI-compatible ASGI app with one model, ``echo``, that streams its input back.
+    """An ASGI app with one model, ``echo``, that streams its input back in the OpenAI API and
+    in each other family's own (see the module's docstring for the paths).
 
     ``delay`` is the pause, in seconds, after each streamed piece (0: none, pieces still yield
     to the event loop). ``on_stream_end(outcome)`` is called at the end of each streamed
@@ -164,6 +167,10 @@ class EchoModel:
             return  # websockets: refused by not accepting
         path: str = scope.get("path", "")
         method: str = scope.get("method", "GET")
+        writer = writer_for(path, scope.get("query_string", b""))
+        if writer is not None:
+            await self._serve_family(writer, method, scope, receive, send)
+            return
         try:
             if path in ("/v1/chat/completions", "/v1/completions"):
                 _require(method, "POST")
@@ -190,6 +197,32 @@ class EchoModel:
                 code=error.code,
                 headers=headers,
             )
+
+    async def _serve_family(
+        self, writer: Writer, method: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answer a request of another API family in its wire format (and its error shape)."""
+        try:
+            _require(method, "POST")
+            try:
+                body = await read_body(receive, _MAX_BODY)
+            except BodyTooLarge as error:
+                raise _InvalidRequest(413, f"Request body too large: {error}.") from None
+            if body is None:
+                return
+            job = writer.parse(parse_object(body), self.model)
+        except _InvalidRequest as error:
+            status, payload = writer.error(error)
+            headers = [(b"allow", error.allow.encode())] if error.allow else []
+            await send_json(send, status, payload, headers=headers)
+            return
+        if not job.stream:
+            await send_json(send, 200, writer.whole(job))
+            return
+        frames, end = writer.frames(job), writer.end(job)
+        await call_until_disconnect(
+            receive, lambda: self._stream(send, writer.stream_headers, frames, end), scope
+        )
 
     def _model_card(self) -> dict[str, Any]:
         return {
@@ -219,7 +252,10 @@ class EchoModel:
         if not job.stream:
             await send_json(send, 200, self._whole_response(job))
             return
-        await call_until_disconnect(receive, lambda: self._stream(job, send), scope)
+        frames = self._events(job)
+        await call_until_disconnect(
+            receive, lambda: self._stream(send, _SSE_HEADERS, frames, b"data: [DONE]\n\n"), scope
+        )
 
     def _parse(self, chat: bool, body: bytes) -> _Job:
         try:
@@ -341,17 +377,23 @@ class EchoModel:
             "usage": job.usage(completions),
         }
 
-    async def _stream(self, job: _Job, send: Send) -> None:
+    async def _stream(
+        self,
+        send: Send,
+        headers: Iterable[tuple[bytes, bytes]],
+        frames: Iterable[bytes],
+        end: bytes,
+    ) -> None:
+        """Send ``frames``, pausing ``delay`` after each, then ``end``; report the outcome."""
         outcome = "cancelled"
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            for event in self._events(job):
-                await send({"type": "http.response.body", "body": event, "more_body": True})
+            start = {"type": "http.response.start", "status": 200, "headers": list(headers)}
+            await send(start)
+            for frame in frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
                 await anyio.sleep(self.delay)
             outcome = "completed"
-            await send(
-                {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False}
-            )
+            await send({"type": "http.response.body", "body": end, "more_body": False})
         finally:
             if self.on_stream_end is not None:
                 self.on_stream_end(outcome)
@@ -401,3 +443,32 @@ def _require(method: str, allowed: str) -> None:
             code="method_not_allowed",
             allow=allowed,
         )
+
+
+# The other API families' paths; Gemini's name the model and the method (see writer_for).
+_FAMILY_ROUTES: dict[str, Callable[[], Writer]] = {
+    "/v1/messages": Anthropic,
+    "/api/chat": lambda: Ollama(chat=True),
+    "/api/generate": lambda: Ollama(chat=False),
+    "/completion": LlamaCpp,
+    "/completions": LlamaCpp,  # llama.cpp's alias of /completion (not OpenAI's /v1/completions)
+    "/generate": lambda: TGI(streaming=False),
+    "/generate_stream": lambda: TGI(streaming=True),
+    "/v1/responses": Responses,
+}
+_GEMINI = "/v1beta/models/"
+_GEMINI_METHODS = ("generateContent", "streamGenerateContent")
+
+
+def writer_for(path: str, query: bytes = b"") -> Writer | None:
+    """A new writer for a request to ``path`` of another API family (``query``: the raw query
+    string, where Gemini's ``alt=sse`` is), or ``None`` when ``path`` is no such API's."""
+    route = _FAMILY_ROUTES.get(path)
+    if route is not None:
+        return route()
+    if path.startswith(_GEMINI):
+        model, colon, method = path.removeprefix(_GEMINI).rpartition(":")
+        if colon and method in _GEMINI_METHODS:
+            sse = parse_qs(query.decode("latin-1")).get("alt") == ["sse"]
+            return Gemini(model, stream=method == "streamGenerateContent", sse=sse)
+    return None

@@ -17,6 +17,8 @@ PRIVATE_MODULES = [
     "_asgi",
     "_commands",
     "_echo",
+    "_echo_families",
+    "_echo_responses_gemini",
     "_limits",
     "_middleware",
     "_proxy",
