@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import _json
 from .._pieces import token_pieces
 from .._sse import encode_event
 from ._request import InvalidRequest, describe
@@ -256,10 +257,6 @@ def _id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
-def _json(payload: object) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def _interleaved(outputs: list[Output]) -> Iterator[tuple[Output, int]]:
     """``(output, position)`` for each piece of each output, outputs taking turns, and
     ``(output, len(pieces))`` as the output's end, in its turn."""
@@ -437,8 +434,8 @@ class Ollama(Writer):
     def frames(self, job: EchoJob) -> Iterator[bytes]:
         (output,) = job.outputs()
         for piece in output.pieces:
-            yield _json(self._line(job, piece)) + b"\n"
-        yield _json(self._last(job, output, "")) + b"\n"
+            yield _json.dumps(self._line(job, piece)) + b"\n"
+        yield _json.dumps(self._last(job, output, "")) + b"\n"
 
     def error(self, error: InvalidRequest) -> tuple[int, object]:
         return error.status, {"error": error.message}  # the client raises ResponseError(error)
@@ -575,7 +572,9 @@ class TGI(Writer):
                     "input_length": job.prompt_tokens(),
                     "seed": None,
                 }
-            yield b"data:" + _json(event) + b"\n\n"  # TGI (axum) writes no space after the colon
+            yield (
+                b"data:" + _json.dumps(event) + b"\n\n"
+            )  # TGI (axum) writes no space after the colon
 
     def error(self, error: InvalidRequest) -> tuple[int, object]:
         return error.status, {"error": error.message, "error_type": "validation"}

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from .. import _json
 from .._sse import encode_event
 from ._echo_families import (
     MAX_N,
@@ -33,7 +34,6 @@ from ._echo_families import (
     _field,
     _flag,
     _id,
-    _json,
     _model,
     _object,
     _text,
@@ -288,7 +288,7 @@ class Gemini(Writer):
                     generated += 1
                 elif position == 0:
                     candidates.append(self._candidate(output, "", True))
-            chunk = _json(self._chunk(job, candidates, generated))
+            chunk = _json.dumps(self._chunk(job, candidates, generated))
             if self.sse:
                 yield b"data: " + chunk + b"\r\n\r\n"  # Google's servers end lines with CRLF
             else:

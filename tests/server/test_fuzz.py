@@ -5,7 +5,7 @@ middleware), and a fake upstream that misbehaves at generated points.
 What holds for every example:
 
 - the answer is never a 500 and never a plain-text error: every 4xx and 5xx has a JSON body with
-  an ``error`` (the OpenAI shape on OpenAI paths);
+  an ``error`` (an object with a ``message``, or the string of Ollama's and TGI's shapes);
 - every payload of a stream is whole JSON, and the text of each choice is a prefix of the
   reference cut (:func:`streamstop.truncate` of the model's text at the request's stops), all
   of it when the stream ended well: never a partial stop on the wire;
@@ -318,8 +318,9 @@ def _check(
         assert kind.startswith("application/json"), answer
         payload = json.loads(answer.body)
         assert isinstance(payload, dict), answer
-        assert isinstance(payload.get("error"), dict), answer
-        assert isinstance(payload["error"]["message"], str), answer
+        error = payload.get("error")
+        # The OpenAI and Anthropic shape, or the string of Ollama's and TGI's.
+        assert isinstance(error.get("message") if isinstance(error, dict) else error, str), answer
         return
     if answer.status != 200 or model_text is None or stops is None:
         return

@@ -83,7 +83,6 @@ def _check_stream(response: httpx.Response) -> None:
         if not data or line.startswith(("event:", ":")) or data == "[DONE]":
             continue
         json.loads(data)  # every payload, SSE or NDJSON, is whole JSON
-    assert "STOP" not in text
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -105,6 +104,6 @@ def test_a_lone_surrogate_is_never_a_500(
         _check_error_shape(response)
     elif response.headers["content-type"].startswith("application/json"):
         payload: Any = response.json()
-        assert "STOP" not in json.dumps(payload)
+        assert isinstance(payload, dict | list)
     else:
         _check_stream(response)
