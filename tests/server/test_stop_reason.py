@@ -12,9 +12,11 @@ side (ChunkStream, SyncChunkStream).
 
 from __future__ import annotations
 
+import doctest
 import itertools
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -456,3 +458,10 @@ def test_sync_chunk_stream_client_side(upstream_server: LiveServer) -> None:
         (2, "</s>"),
         (3, "</s>"),
     ]
+
+
+def test_the_handbook_page_runs() -> None:
+    page = Path(__file__).parents[2] / "docs" / "stop-reason.md"
+    result = doctest.testfile(str(page), module_relative=False)
+    assert result.failed == 0
+    assert result.attempted >= 40
