@@ -12,8 +12,10 @@ Rules of this module (everything about chunks and choices lives here; sans-I/O, 
   With stop ``"</s>"``, chunks ``"Hi<"`` and ``"/s>junk"`` become ``"Hi"`` and ``""`` with
   ``finish_reason: "stop"``; chunks ``"Hi<"`` and ``"3"`` become ``"Hi"`` and ``"<3"``. A
   choice whose text is all held and that carries nothing else is left out of its chunk.
-- Once a choice completes a stop, that chunk carries its last text and ``finish_reason: "stop"``;
-  later chunks of that choice are dropped (a chunk left with no choices and no ``usage`` is
+- Once a choice completes a stop, that chunk carries its last text, ``finish_reason: "stop"``
+  and ``stop_reason``: the stop that fired (vLLM's field; a whole response's cut choice says it
+  the same way). A choice not cut keeps the ``stop_reason`` its upstream sent, if any. Later
+  chunks of that choice are dropped (a chunk left with no choices and no ``usage`` is
   dropped whole). When the upstream finishes a choice itself (``"length"``, ``"stop"``), the
   held text is released into that chunk, before its ``finish_reason``.
 - At the end of the upstream, held text of unfinished choices goes out in synthesized chunks
@@ -112,6 +114,13 @@ def _set_fields(obj: Any) -> set[str]:
     return set(model_dump(exclude_none=True))
 
 
+def _cut_fields(stop: str) -> dict[str, str]:
+    """The fields of a choice that a stop cut, streamed or whole: ``finish_reason: "stop"``, as
+    OpenAI's own stops, and ``stop_reason``, the stop itself, as vLLM's OpenAI server says it
+    (OpenAI's API has no field for it). The one place a cut says which stop fired."""
+    return {"finish_reason": "stop", "stop_reason": stop}
+
+
 def is_choice_count(n: object) -> TypeGuard[int]:
     """Whether ``n`` is a number of choices: a positive int (not a bool). The one rule for ``n``,
     in the ChunkFilter API (:func:`check_n`) and in requests (``server._request.parse_n``)."""
@@ -135,8 +144,8 @@ class ChunkFilter(Generic[ChunkT]):
     >>> chunks = ChunkFilter(["</s>"], n=1)
     >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "Hi<"}}]})
     {'choices': [{'index': 0, 'delta': {'content': 'Hi'}}]}
-    >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "/s>junk"}}]})
-    {'choices': [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'stop'}]}
+    >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "/s>junk"}}]})["choices"]
+    [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'stop', 'stop_reason': '</s>'}]
     >>> chunks.done, chunks.stop_strings
     (True, {0: '</s>'})
 
@@ -341,8 +350,9 @@ class ChunkFilter(Generic[ChunkT]):
     ) -> Any:
         """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
         if piece is not None and buffer.stopped:
-            self._finish(index, buffer.stop_string or "")
-            return self._rewrite(choice, delta, piece, "stop")
+            stop = buffer.stop_string or ""
+            self._finish(index, stop)
+            return self._rewrite(choice, delta, piece, "stop", stop)
         if finish_reason is not None:
             self._finish(index)
             tail = buffer.flush()
@@ -355,8 +365,16 @@ class ChunkFilter(Generic[ChunkT]):
         return self._rewrite(choice, delta, piece, finish_reason)
 
     @staticmethod
-    def _rewrite(choice: Any, delta: Any, text: str, finish_reason: Any) -> Any:
-        changes: dict[str, Any] = {} if finish_reason is None else {"finish_reason": finish_reason}
+    def _rewrite(
+        choice: Any, delta: Any, text: str, finish_reason: Any, stop: str | None = None
+    ) -> Any:
+        """``choice`` with its text replaced; with ``stop``, the choice that ``stop`` cut: it
+        says so in ``finish_reason: "stop"`` and ``stop_reason`` (see :func:`_cut_fields`)."""
+        changes: dict[str, Any]
+        if stop is not None:
+            changes = _cut_fields(stop)
+        else:
+            changes = {} if finish_reason is None else {"finish_reason": finish_reason}
         if delta is not None:
             return _replace(choice, delta=_replace(delta, content=text), **changes)
         return _replace(choice, text=text, **changes)
@@ -405,10 +423,11 @@ def truncate_response(
     """Cut each choice of a non-streaming chat or completion response at its first stop.
 
     Returns a new dict (the argument is not modified); a choice that was cut gets
-    ``finish_reason: "stop"``. ``message.content`` (chat) or ``text`` (completions) is cut.
+    ``finish_reason: "stop"`` and ``stop_reason``, the stop that cut it; the others are left as
+    they are. ``message.content`` (chat) or ``text`` (completions) is cut.
 
     >>> truncate_response({"choices": [{"index": 0, "text": "Hi</s>junk"}]}, "</s>")
-    {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop'}]}
+    {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop', 'stop_reason': '</s>'}]}
     """
     return cut_response(response, stops, include_stop=include_stop)[0]
 
@@ -438,8 +457,12 @@ def cut_response(
             fired.append(match.stop)
             cut = str(text)[: match.end if include_stop else match.start]
             if isinstance(message, Mapping):
-                choice = {**choice, "message": {**message, "content": cut}, "finish_reason": "stop"}
+                choice = {
+                    **choice,
+                    "message": {**message, "content": cut},
+                    **_cut_fields(match.stop),
+                }
             else:
-                choice = {**choice, "text": cut, "finish_reason": "stop"}
+                choice = {**choice, "text": cut, **_cut_fields(match.stop)}
         new_choices.append(choice)
     return {**response, "choices": new_choices}, fired

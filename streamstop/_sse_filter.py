@@ -85,7 +85,7 @@ class SSEFilter:
 
     >>> sse = SSEFilter("</s>", n=1)
     >>> sse.feed(b'data: {"choices":[{"index":0,"delta":{"content":"Hi</s>"}}]}\\n\\ndata: [DO')
-    b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}\\n\\ndata: [DONE]\\n\\n'
+    b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop","stop_reason":"</s>"}]}\\n\\ndata: [DONE]\\n\\n'
     >>> sse.done
     True
     """  # noqa: E501

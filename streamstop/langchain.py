@@ -5,9 +5,12 @@ streams text). Wrapped, a runnable's output is cut at the first of any number of
 
 - ``stream`` / ``astream`` pass each chunk on as soon as it is safe: only text that could still
   become a stop is held back. When a stop is complete the last chunk goes out (its text up to the
-  stop, ``response_metadata`` saying ``finish_reason: "stop"`` and ``stop_sequence``) and the
+  stop, ``response_metadata`` saying which stop fired, see below) and the
   underlying stream is closed at once, so the model stops generating. At its own end, held text
   goes out in a last chunk.
+- Which stop fired is said as streamstop's OpenAI paths say it: ``finish_reason: "stop"`` and
+  ``stop_reason``, the stop (vLLM's field); ``stop_sequence`` says it too (Anthropic's name).
+  A model that ends by itself keeps its own ``response_metadata``.
 - ``invoke`` / ``ainvoke`` run the stream and aggregate it (a model that cannot stream gives one
   chunk: cut the same way); ``batch`` / ``abatch`` call them for each input.
 - Chunks are ``str`` (a string runnable) or messages whose ``content`` is a string (chat
@@ -21,8 +24,9 @@ Needs the ``langchain`` extra (``pip install 'streamstop[langchain]'``).
 
     >>> from langchain_core.language_models.fake_chat_models import FakeListChatModel
     >>> model = with_stops(FakeListChatModel(responses=["Hi!</s>junk"]), ["</s>"])
-    >>> model.invoke("hello").content
-    'Hi!'
+    >>> reply = model.invoke("hello")
+    >>> reply.content, reply.response_metadata["stop_reason"]
+    ('Hi!', '</s>')
     >>> "".join(chunk.content for chunk in model.stream("hello"))
     'Hi!'
 """
@@ -58,6 +62,7 @@ def _with_text(chunk: Any, text: str, stop: str | None = None) -> Any:
         update["response_metadata"] = {
             **chunk.response_metadata,
             "finish_reason": "stop",
+            "stop_reason": stop,
             "stop_sequence": stop,
         }
     return chunk.model_copy(update=update)

@@ -551,6 +551,7 @@ def test_truncate_response_chat_and_legacy() -> None:
         "index": 0,
         "message": {"role": "assistant", "content": "a"},
         "finish_reason": "stop",
+        "stop_reason": "</s>",
     }
     assert cut["choices"][1:] == response["choices"][1:]
     legacy_response = {"choices": [{"index": 0, "text": "a###b", "finish_reason": "length"}]}
@@ -558,6 +559,7 @@ def test_truncate_response_chat_and_legacy() -> None:
         "index": 0,
         "text": "a###",
         "finish_reason": "stop",
+        "stop_reason": "###",
     }
     assert truncate_response({"error": {}}, "x") == {"error": {}}
 

@@ -177,6 +177,53 @@ def test_chunks_without_text_pass_through() -> None:
     assert "".join(str(c.content) for c in chunks) == "ok then "
 
 
+# name: (the model's reply, include_stop, the response_metadata of the reply)
+WHICH_STOP: dict[str, tuple[str, bool, dict[str, Any]]] = {
+    "cut": (
+        "a</s>b",
+        False,
+        {"finish_reason": "stop", "stop_reason": "</s>", "stop_sequence": "</s>"},
+    ),
+    "cut, the stop kept": (
+        "a\n\nUser: b",
+        True,
+        {"finish_reason": "stop", "stop_reason": "\n\nUser:", "stop_sequence": "\n\nUser:"},
+    ),
+    "the first stop to end": (
+        "x Observation: ### y",
+        False,
+        {"finish_reason": "stop", "stop_reason": "Observation:", "stop_sequence": "Observation:"},
+    ),
+    "not cut: the model's own": ("fine", False, {"finish_reason": "length"}),
+}
+
+
+class EndingModel(GenericFakeChatModel):
+    """Streams its message word by word, the last chunk saying ``finish_reason: "length"``."""
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        yield from super()._stream(*args, **kwargs)
+        metadata = {"finish_reason": "length"}
+        yield ChatGenerationChunk(message=AIMessageChunk(content="", response_metadata=metadata))
+
+
+@pytest.mark.parametrize("case", WHICH_STOP)
+def test_which_stop_fired_streamed_and_invoked(case: str) -> None:
+    text, include_stop, metadata = WHICH_STOP[case]
+
+    def model() -> StopRunnable:
+        return with_stops(
+            EndingModel(messages=iter([AIMessage(content=text)])), STOPS, include_stop=include_stop
+        )
+
+    chunks = list(model().stream("q"))
+    said = [chunk.response_metadata for chunk in chunks if chunk.response_metadata]
+    assert said == [metadata]  # said once
+    if "stop_reason" in metadata:
+        assert chunks[-1].response_metadata == metadata  # by the last chunk: the stream ends
+    assert model().invoke("q").response_metadata == metadata
+
+
 def test_a_non_runnable_is_refused() -> None:
     with pytest.raises(TypeError, match="Runnable"):
         StopRunnable("not a model", STOPS)  # type: ignore[arg-type]

@@ -112,7 +112,8 @@ async def test_sse_split_into_single_bytes_is_filtered_as_a_whole() -> None:
         b"\n\n"
         # Re-encoded once changed: the held "</" cut off, then the stop's empty delta.
         b'data: {"choices":[{"index":0,"delta":{"content":"lo "},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n"
     )
     assert text_of(client.body) == "Hello "
@@ -140,7 +141,8 @@ async def test_one_message_per_body_of_the_app_and_none_for_a_body_all_held() ->
         {
             "type": "http.response.body",
             "body": sse("a", done=False)
-            + b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}'
+            + b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+            b'"stop_reason":"</s>"}]}'
             b"\n\ndata: [DONE]\n\n",
             "more_body": False,
         },
@@ -194,7 +196,12 @@ async def test_whole_json_response_is_cut_with_a_new_content_length() -> None:
     client = Client(request(stream=False))
     await run(app, client)
     cut = json.loads(client.body)
-    assert cut["choices"][0] == {"index": 0, "message": {"content": "yes"}, "finish_reason": "stop"}
+    assert cut["choices"][0] == {
+        "index": 0,
+        "message": {"content": "yes"},
+        "finish_reason": "stop",
+        "stop_reason": "</s>",
+    }
     assert client.headers[b"content-length"] == str(len(client.body)).encode()
     assert [m["type"] for m in client.messages] == ["http.response.start", "http.response.body"]
 

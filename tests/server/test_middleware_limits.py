@@ -195,7 +195,8 @@ async def test_a_requested_stream_is_filtered_whatever_its_content_type(
     await run(App([sse("Hi </", "s> junk")], content_type=content_type), client)
     assert client.body == (
         b'data: {"choices":[{"index":0,"delta":{"content":"Hi "},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n"
     )
 
@@ -205,7 +206,8 @@ async def test_a_requested_stream_answered_in_json_is_cut_as_json() -> None:
     client = Client(request())
     await run(App([json.dumps(whole).encode()], content_type=b"application/json"), client)
     assert client.body == (
-        b'{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"stop"}]}'
+        b'{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}'
     )
 
 
@@ -278,7 +280,8 @@ async def test_a_cut_stream_that_asked_for_usage_still_gets_a_usage_chunk() -> N
         _chunk("one ")
         + _chunk("two ")
         + b'data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m",'
-        b'"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b'"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b'data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m",'
         b'"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":3,"total_tokens":null}}'
         b"\n\n"
@@ -306,7 +309,10 @@ async def test_no_usage_chunk_unless_asked() -> None:
 # -- compression (issue 10, item 7) -------------------------------------------------------------
 
 WHOLE = {"choices": [{"index": 0, "message": {"content": "Hi</s>" + "x" * 2000}}]}
-WHOLE_CUT = b'{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"stop"}]}'
+WHOLE_CUT = (
+    b'{"choices":[{"index":0,"message":{"content":"Hi"},"finish_reason":"stop",'
+    b'"stop_reason":"</s>"}]}'
+)
 
 
 def _gzip_scope() -> Scope:
@@ -398,7 +404,8 @@ async def test_an_app_that_compresses_anyway_is_inflated_and_cut(
     assert b"content-encoding" not in client.headers
     assert b"content-length" not in client.headers
     assert client.body == (
-        b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n"
     )
     page = compress(b"<p>a</s>b</p>")

@@ -158,7 +158,12 @@ async def test_requests_are_forwarded_without_the_stops() -> None:
             headers={"authorization": "Bearer sk-client"},
         )
     assert response.status_code == 200
-    assert response.json()["choices"][0] == {"index": 0, "text": "", "finish_reason": "stop"}
+    assert response.json()["choices"][0] == {
+        "index": 0,
+        "text": "",
+        "finish_reason": "stop",
+        "stop_reason": "a",  # of the stops, the first to end in "a</s>b"
+    }
     (request,) = upstream.requests
     head, _, body = request.partition(b"\r\n\r\n")
     assert head.startswith(b"POST /v1/completions?x=1 HTTP/1.1")

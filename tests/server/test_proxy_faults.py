@@ -222,7 +222,8 @@ async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:
         response = await client.post("/chat/completions", json=STREAM)
     assert response.content == (
         b'data: {"choices":[{"index":0,"delta":{"content":"Hi "},"finish_reason":null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n"
     )
     assert app.record.stop_fired == "</s>"
@@ -279,7 +280,10 @@ async def test_a_whole_body_is_cut_and_an_error_passes_as_it_is() -> None:
     answer = http_response("200 OK", "application/json", COMPLETION)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):
         response = await client.post("/completions", json=WHOLE)
-    assert response.content == b'{"choices":[{"index":0,"text":"a","finish_reason":"stop"}]}'
+    assert (
+        response.content
+        == b'{"choices":[{"index":0,"text":"a","finish_reason":"stop","stop_reason":"</s>"}]}'
+    )
     error = b'{"error":{"message":"bad key","type":"auth","param":null,"code":401}}'
     answer = http_response("401 Unauthorized", "application/json", error)
     async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, app):

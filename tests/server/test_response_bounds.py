@@ -221,6 +221,7 @@ async def test_a_compressed_stream_under_the_limit_is_inflated_whole() -> None:
     await StopMiddleware(app, limits=LIMITS)(http_scope(), client.receive, client.send)
     assert client.body == (
         b'data: {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": null}]}\n\n'
-        b'data: {"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n"
     )

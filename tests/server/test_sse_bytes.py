@@ -98,7 +98,8 @@ def test_a_cut_and_the_done_after_it() -> None:
     reads = [chat("a</"), b'data: {"choices": [{"index": 0, "delta": {"content": "s>junk"}}]}\n\n']
     assert filtered(reads, ["</s>"], n=1) == [
         b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n',
-        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b"data: [DONE]\n\n",
         b"",
     ]
@@ -121,7 +122,8 @@ def test_the_usage_after_a_cut() -> None:
     head = {"id": "c1", "object": "chat.completion.chunk", "created": 5, "model": "m"}
     assert filtered([chat("x</s>y", **head)], ["</s>"], n=1, include_usage=True) == [
         b'data: {"id":"c1","object":"chat.completion.chunk","created":5,"model":"m",'
-        b'"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
+        b'"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop",'
+        b'"stop_reason":"</s>"}]}\n\n'
         b'data: {"id":"c1","object":"chat.completion.chunk","created":5,"model":"m",'
         b'"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":1,"total_tokens":null}}'
         b"\n\ndata: [DONE]\n\n",

@@ -7,6 +7,7 @@ time: the bytes sent are the same. Every case runs with each JSON codec installe
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -31,9 +32,14 @@ def usual(text: str, index: int = 0, id: str = "c") -> bytes:
     )
 
 
-def changed(text: str, index: int = 0, finish: bytes = b"null", id: str = "c") -> bytes:
+def changed(
+    text: str, index: int = 0, finish: bytes = b"null", id: str = "c", stop: str | None = None
+) -> bytes:
     """:func:`usual` re-encoded with ``text`` (and ``finish_reason``); also what is sent at
-    the end for text still held, built from the last event of its choice."""
+    the end for text still held, built from the last event of its choice. With ``stop``, the
+    event of a choice that ``stop`` cut: ``finish_reason: "stop"`` and ``stop_reason``."""
+    if stop is not None:
+        finish = b'"stop","stop_reason":' + json.dumps(stop).encode()
     return (
         b'data: {"id":"%s","object":"chat.completion.chunk","choices":[{"index":%d,'
         b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}]}\n\n'
@@ -53,7 +59,7 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
     "a stop split across usual events": (
         [usual("a</"), usual("s>junk"), usual("never")],
         {"n": 1},
-        changed("a") + changed("", finish=b'"stop"') + DONE,
+        changed("a") + changed("", stop="</s>") + DONE,
     ),
     "held text released by the next usual event": (
         [usual("x<"), usual("3"), usual("y")],
@@ -85,12 +91,12 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
     "include_stop: the stop goes out, nothing held": (
         [usual("a</"), usual("s>junk")],
         {"n": 1, "include_stop": True},
-        usual("a</") + changed("s>", finish=b'"stop"') + DONE,
+        usual("a</") + changed("s>", stop="</s>") + DONE,
     ),
     "a stop inside one usual event": (
         [usual("a</s>b")],
         {"n": 1},
-        changed("a", finish=b'"stop"') + DONE,
+        changed("a", stop="</s>") + DONE,
     ),
     "CRLF line ends: the general path, passed byte for byte": (
         [usual("a").replace(b"\n", b"\r\n"), usual("b").replace(b"\n", b"\r\n")],
@@ -134,7 +140,7 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
     "two choices in turns, one cut": (
         [usual("a", 0), usual("b", 1), usual("</s>", 0), usual("c", 1), usual("d", 0)],
         {"n": 2},
-        usual("a", 0) + usual("b", 1) + changed("", 0, b'"stop"') + usual("c", 1),
+        usual("a", 0) + usual("b", 1) + changed("", 0, stop="</s>") + usual("c", 1),
     ),
     "the finish_reason releases held text": (
         [
@@ -168,7 +174,8 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
         ],
         {"n": 1},
         b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
-        b'data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}]}\n\n' + DONE,
+        b'data: {"choices":[{"index":0,"text":"","finish_reason":"stop","stop_reason":"</s>"}]}\n\n'
+        + DONE,
     ),
     "role and content in the delta": (
         [
@@ -231,7 +238,7 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
         ],
         {"n": 1},
         usual("a") + b'data: {"n":-99999999999999999999,"choices":[{"delta":{"content":""},'
-        b'"finish_reason":"stop"}]}\n\n' + DONE,
+        b'"finish_reason":"stop","stop_reason":"</s>"}]}\n\n' + DONE,
     ),
     "a choice index beyond 64 bits is a choice": (
         [
@@ -251,7 +258,7 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
         [usual("a"), usual("b</s>")],
         {"n": 1, "include_usage": True},
         usual("a")
-        + changed("b", finish=b'"stop"')
+        + changed("b", stop="</s>")
         + b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":'
         b'{"prompt_tokens":null,"completion_tokens":2,"total_tokens":null}}\n\n' + DONE,
     ),
