@@ -248,7 +248,11 @@ def _run_relay(upstream: str, http: str) -> None:
 
     import uvicorn
 
-    sock = socket.create_server(("127.0.0.1", 0), backlog=2048)
+    # As uvicorn's own listener (loop.create_server(host, port)): of the TCP protocol, so that
+    # asyncio sets TCP_NODELAY on each socket it accepts, as streamstop's protocols do on theirs.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
     port = sock.getsockname()[1]
     # The settings streamstop proxy runs uvicorn with (streamstop/server/_commands.py).
     config = uvicorn.Config(

@@ -49,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 import zlib
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
@@ -248,9 +249,15 @@ class ProxyApp:
             import httpx
 
             connect = 30.0 if self.timeout is None else min(self.timeout, 30.0)
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=connect),
+            # Without Nagle's delay, as the connections the proxy accepts (._protocol): asyncio
+            # and trio set it on a connection they open, httpcore does not; set here, it holds
+            # whatever opens the socket.
+            transport = httpx.AsyncHTTPTransport(
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            )
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=connect), transport=transport
             )
         return self._client
 
