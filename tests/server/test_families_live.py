@@ -267,7 +267,12 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     with httpx.Client(base_url=root_proxy.base_url) as client:
         streamed = client.post(
             "/completion",
-            json={"prompt": f"Once upon a time</s> {FOREVER}", "stop": STOPS, "stream": True},
+            json={
+                "prompt": f"Once upon a time</s> {FOREVER}",
+                "stop": STOPS,
+                "stream": True,
+                "timings_per_token": True,
+            },
         )
         many = client.post(
             "/completion",
@@ -278,6 +283,10 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     assert "".join(event["content"] for event in events) == "Once upon a time"
     assert events[-1]["stop"] is True
     assert (events[-1]["stop_type"], events[-1]["stopping_word"]) == ("word", "</s>")
+    # The end of the cut has the server's fields as they came (timings, with each event under
+    # timings_per_token), and none that never came (model: only in the server's own end).
+    assert events[-1]["timings"]["predicted_n"] == events[-1]["tokens_predicted"] == 7
+    assert "model" not in events[-1]
     ends.wait_cancelled(cancelled + 1)
     assert "stop" not in fake.requests[-1][1]
     by_index: dict[int, str] = {}
