@@ -18,6 +18,7 @@ from typing import Any
 import anthropic
 import httpx
 import ollama
+import openai
 import pytest
 
 from streamstop.server import ProxyApp, StopMiddleware
@@ -295,6 +296,33 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     assert by_index == {0: "a.", 1: "c."}
     assert whole.json()["content"] == "x "
     assert whole.json()["stopping_word"] == "STOP"
+
+
+def test_llamacpps_paths_without_v1_are_filtered_as_what_they_serve(
+    proxy: LiveServer, ends: Ends, fake: FakeFamilies
+) -> None:
+    # The openai client given the server's root (no /v1) asks for /chat/completions: llama.cpp
+    # serves OpenAI's format there, and the proxy forwards and cuts it as /v1/chat/completions.
+    cancelled = ends.cancelled()
+    with openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0) as client:
+        stream = client.chat.completions.create(
+            model="m", messages=_user(f"Once upon</s> a time {FOREVER}"), stop=STOPS, stream=True
+        )
+        chunks = list(stream)
+        whole = client.chat.completions.create(model="m", messages=_user("a b STOP c"), stop=STOPS)
+    assert fake.requests[-2][0] == "/chat/completions"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Once upon"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    ends.wait_cancelled(cancelled + 1)
+    assert whole.choices[0].message.content == "a b "
+    # /completions is llama.cpp's native /completion under another name: cut as that.
+    with httpx.Client(base_url=proxy.base_url) as http:
+        native = http.post(
+            "/completions", json={"prompt": "x.STOP.y", "stop": STOPS, "stream": True}
+        )
+    events = _sse_data(native.content)
+    assert "".join(event["content"] for event in events) == "x."
+    assert (events[-1]["stop"], events[-1]["stopping_word"]) == (True, "STOP")
 
 
 def test_tgi_generate_stream_and_generate(root_proxy: LiveServer, fake: FakeFamilies) -> None:
