@@ -632,3 +632,15 @@ def test_module_all_and_doctests() -> None:
     assert set(core.__all__) == public_definitions(core)
     for module in (adapters, core):
         assert doctest.testmod(module).failed == 0
+
+
+def test_the_llamacpp_handbook_page_runs() -> None:
+    # Its examples of where the proxy's stops and llama.cpp's own differ are streamstop's
+    # real behaviour: each is a doctest of the filter on llama.cpp's events.
+    import doctest
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "families" / "llamacpp.md"
+    result = doctest.testfile(str(page), module_relative=False)
+    assert result.failed == 0
+    assert result.attempted >= 4  # one example per difference, at the least
