@@ -27,6 +27,12 @@ them round by round: :func:`paired_ratios`). uvicorn picks its HTTP parser by wh
 streamstop/server/_protocol*.py): both servers run with h11 forced, and again with httptools if
 installed.
 With ``--profile`` each server is also run once under cProfile and its time is shown by package.
+
+Kept-alive connections: consecutive streamed requests on one connection, as the openai client
+and every pooled HTTP client send them (:func:`bench_kept_alive`), to ``streamstop serve`` (its
+echo model pacing its own pieces), the proxy, the bare relay and the upstream direct: time to
+the response's first byte and to its first text piece, and the gaps between its pieces, p50 and
+p99. ``--kept-alive-only`` runs that case alone and prints its table.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import asyncio
 import contextlib
 import cProfile
 import dataclasses
+import itertools
 import json
 import os
 import pstats
@@ -85,6 +92,22 @@ QUICK_LATENCY_LEVELS = (Level(1, 1, 50, 2.0),)
 # hundreds (the per-read costs, epoll and the task's wake-up, are then shared out).
 PACED_CPU_LEVEL = Level(32, 32, 150, 20.0)
 QUICK_PACED_CPU_LEVEL = Level(2, 2, 30, 5.0)
+
+
+@dataclass(frozen=True)
+class KeptAlive:
+    """``requests`` streamed chat requests one after the other on one connection, each of
+    ``pieces`` text pieces ``pace_ms`` apart (the upstream's pace, or ``serve --delay``)."""
+
+    requests: int
+    pieces: int
+    pace_ms: float
+
+
+# 20 in a row, as the issue measured them; 5 ms apart, a fast model's pace, under the 40 ms a
+# delayed acknowledgement holds a segment that Nagle's algorithm keeps back.
+KEPT_ALIVE = KeptAlive(20, 20, 5.0)
+QUICK_KEPT_ALIVE = KeptAlive(5, 5, 5.0)
 
 
 # -- the fake upstream -------------------------------------------------------------------------
@@ -225,7 +248,11 @@ def _run_relay(upstream: str, http: str) -> None:
 
     import uvicorn
 
-    sock = socket.create_server(("127.0.0.1", 0), backlog=2048)
+    # As uvicorn's own listener (loop.create_server(host, port)): of the TCP protocol, so that
+    # asyncio sets TCP_NODELAY on each socket it accepts, as streamstop's protocols do on theirs.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
     port = sock.getsockname()[1]
     # The settings streamstop proxy runs uvicorn with (streamstop/server/_commands.py).
     config = uvicorn.Config(
@@ -236,13 +263,20 @@ def _run_relay(upstream: str, http: str) -> None:
         uvicorn.Server(config).run(sockets=[sock])
 
 
-def _run_proxy(upstream: str, http: str) -> None:
+def _run_streamstop(argv: list[str], http: str) -> None:
     if http == "h11":
         sys.modules["httptools"] = None  # type: ignore[assignment]  # uvicorn's "auto" -> h11
     from streamstop._cli import main
 
-    argv = ["proxy", "--upstream", upstream, "--port", "0", "--log-level", "warning"]
-    sys.exit(main(argv))
+    sys.exit(main([*argv, "--port", "0", "--log-level", "warning"]))
+
+
+def _run_proxy(upstream: str, http: str) -> None:
+    _run_streamstop(["proxy", "--upstream", upstream], http)
+
+
+def _run_serve(delay_ms: float, http: str) -> None:
+    _run_streamstop(["serve", "--delay", f"{delay_ms / 1000:g}"], http)
 
 
 def _role(args: argparse.Namespace) -> None:
@@ -262,6 +296,8 @@ def _role(args: argparse.Namespace) -> None:
             asyncio.run(_run_upstream())
         elif args.role == "relay":
             _run_relay(args.upstream, args.http)
+        elif args.role == "serve":
+            _run_serve(args.delay_ms, args.http)
         else:
             _run_proxy(args.upstream, args.http)
 
@@ -481,6 +517,175 @@ def _measure(name: str, server: Child | None, url: str, level: Level) -> Run:
     )
 
 
+# -- kept-alive connections: consecutive streams on one connection ------------------------------
+
+# The start of a text piece: a chat chunk's content that is not empty (the echo model's first
+# event, the assistant's role, has "content":"").
+_PIECE = re.compile(rb'"content":"[^"]')
+_LAST_CHUNK = b"\r\n0\r\n\r\n"
+
+
+@dataclass
+class KeptAliveRun:
+    """Per request, in µs: from its write to its response's first byte and to its first text
+    piece; and every gap between two consecutive pieces of a response (0 for pieces that came
+    in one read)."""
+
+    server: str
+    requests: int
+    pace_ms: float
+    first_byte_us: list[float]
+    first_piece_us: list[float]
+    gaps_us: list[float]
+
+
+def percentiles(values: Sequence[float]) -> tuple[float, float]:
+    """p50 and p99 of ``values`` (interpolated between the values measured: with 20 requests,
+    p99 is near the slowest)."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (float("nan"), float("nan"))
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return cuts[49], cuts[98]
+
+
+async def _kept_alive(url: str, case: KeptAlive, server: str) -> KeptAliveRun:
+    """``case``'s requests to ``url``, one after the other on one connection."""
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+    run = KeptAliveRun(server, case.requests, case.pace_ms, [], [], [])
+    # Long enough for the echo model's pieces (2 to 5 characters) to reach max_tokens.
+    words = " ".join(f"word{i}" for i in range(case.pieces * 2))
+    try:
+        for index in range(case.requests):
+            body = json.dumps(
+                {
+                    "model": "echo",  # serve's model; the fake upstream takes any
+                    "stream": True,
+                    "max_tokens": case.pieces,
+                    "x_pace_ms": case.pace_ms,
+                    "user": str(index),
+                    "stop": STOPS,
+                    "messages": [{"role": "user", "content": words}],
+                }
+            ).encode()
+            started = time.monotonic_ns()
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: %s\r\n"
+                b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (host.encode(), len(body), body)
+            )
+            response = b""
+            arrivals: list[int] = []  # the read time of each text piece
+            first_byte = 0
+            while not (response.endswith(_LAST_CHUNK) and b"[DONE]" in response):
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise AssertionError(f"{url}: closed after {response[:300]!r}")
+                now = time.monotonic_ns()
+                first_byte = first_byte or now
+                response += data
+                arrivals += [now] * (len(_PIECE.findall(response)) - len(arrivals))
+            if not response.startswith(b"HTTP/1.1 200") or not arrivals:
+                raise AssertionError(f"{url}: a bad stream: {response[:300]!r}")
+            run.first_byte_us.append((first_byte - started) / 1000)
+            run.first_piece_us.append((arrivals[0] - started) / 1000)
+            run.gaps_us += [(b - a) / 1000 for a, b in itertools.pairwise(arrivals)]
+    finally:
+        writer.close()
+    return run
+
+
+def bench_kept_alive(case: KeptAlive, upstream: str, parsers: Sequence[str]) -> list[KeptAliveRun]:
+    """``case`` against the upstream direct, then each parser's serve, proxy and relay."""
+    from _harness import progress
+
+    runs: list[KeptAliveRun] = []
+
+    def measure(url: str, name: str) -> None:
+        runs.append(asyncio.run(_kept_alive(url, case, name)))
+        first, gaps = percentiles(runs[-1].first_piece_us), percentiles(runs[-1].gaps_us)
+        progress(
+            f"kept alive, {name}: first piece p50 {first[0] / 1000:.1f} ms, "
+            f"gaps p50 {gaps[0] / 1000:.1f} ms"
+        )
+
+    measure(upstream, "direct")
+    for parser in parsers:
+        for name in ("serve", "proxy", "relay"):
+            if name == "serve":
+                server = _child("serve", "--delay-ms", f"{case.pace_ms:g}", "--http", parser)
+            else:
+                server = _child(name, "--upstream", upstream, "--http", parser)
+            try:
+                _kept_alive_warm_up(server.url)
+                measure(server.url, f"{name}/{parser}")
+            finally:
+                server.stop()
+    return runs
+
+
+def _kept_alive_warm_up(url: str) -> None:
+    """One request first, on a connection of its own: imports and the proxy's client."""
+    asyncio.run(_kept_alive(url, KeptAlive(1, 2, 0.0), "warm-up"))
+
+
+def kept_alive_only(case: KeptAlive) -> list[str]:
+    """``--kept-alive-only``: the case alone, with an upstream of its own; the report's lines."""
+    upstream = _child("upstream")
+    try:
+        return kept_alive_section(bench_kept_alive(case, upstream.url, _parsers()))
+    finally:
+        upstream.stop()
+
+
+def kept_alive_section(runs: Sequence[KeptAliveRun]) -> list[str]:
+    """The report's table of the kept-alive case."""
+    from _harness import table
+
+    if not runs:
+        return []
+
+    def shown(values: Sequence[float]) -> str:
+        p50, p99 = percentiles(values)
+        return f"{p50 / 1000:,.1f} / {p99 / 1000:,.1f} ms"
+
+    rows = [
+        [
+            "direct to the upstream" if run.server == "direct" else run.server,
+            str(run.requests),
+            shown(run.first_byte_us),
+            shown(run.first_piece_us),
+            shown(run.gaps_us),
+        ]
+        for run in runs
+    ]
+    case = runs[0]
+    return [
+        "## Kept-alive connections: consecutive streams",
+        "",
+        f"{case.requests} streamed chat requests one after the other on one connection, as "
+        f"pooled clients send them, each with the 4 usual stops; text pieces {case.pace_ms:g} "
+        "ms apart (the fake upstream's pace; `streamstop serve --delay`, whose echo model also "
+        "waits that long before its first piece). From the request's write: the response's "
+        "first byte and its first text piece; gaps: between consecutive pieces of a response "
+        "(0 for pieces read together). Nagle's algorithm meeting a delayed acknowledgement "
+        "shows here as a first piece about 40 ms late and the pieces after it arriving "
+        "together.",
+        "",
+        table(
+            [
+                "server/parser",
+                "requests",
+                "first byte p50 / p99",
+                "first piece p50 / p99",
+                "gaps p50 / p99",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 # -- micro-benchmarks of the opportunities ---------------------------------------------------------
 
 
@@ -685,6 +890,10 @@ def _httptools() -> bool:
     return True
 
 
+def _parsers() -> list[str]:
+    return ["h11"] + (["httptools"] if _httptools() else [])
+
+
 def _warm_up(server: Child) -> None:
     """A few streams first: the first request imports and builds what the server needs (the
     proxy's httpx client, its SSL context), which is not the cost of an event."""
@@ -698,6 +907,7 @@ def bench(
     rounds: int,
     profile: bool,
     tmp: Path,
+    kept_alive: KeptAlive = KEPT_ALIVE,
 ) -> dict[str, Any]:
     from _harness import progress
 
@@ -707,6 +917,7 @@ def bench(
     paced_cpu: list[Run] = []
     profiles: dict[str, Any] = {}
     try:
+        kept_alive_runs = bench_kept_alive(kept_alive, upstream.url, _parsers())
         for name in ("direct", "relay", "proxy"):
             server = None if name == "direct" else _child(name, "--upstream", upstream.url)
             try:
@@ -725,8 +936,7 @@ def bench(
         for level in levels:
             runs.append(_measure("direct", None, upstream.url, level))
             progress(f"direct, {level.concurrency} streams: p50 {runs[-1].p50_us:.0f} µs")
-        parsers = ["h11"] + (["httptools"] if _httptools() else [])
-        for parser in parsers:
+        for parser in _parsers():
             for round_index in range(rounds):
                 for name in ("relay", "proxy"):
                     server = _child(name, "--upstream", upstream.url, "--http", parser)
@@ -779,6 +989,7 @@ def bench(
         "paced": paced,
         "paced_cpu": paced_cpu,
         "paced_cpu_pace_ms": paced_cpu_level.pace_ms,
+        "kept_alive": kept_alive_runs,
         "profiles": profiles,
         "micro": micro(),
     }
@@ -997,6 +1208,7 @@ def render(
         table(["server", "streams", "events", "transit p50 / p99", "added over direct"], rows),
         "",
     ]
+    parts += kept_alive_section(result.get("kept_alive", []))
     micro_rows = [[name, f"{value:.2f} µs"] for name, value in result["micro"].items()]
     parts += [
         "## Micro-benchmarks of the opportunities (in-process, per event)",
@@ -1081,8 +1293,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also count instructions and cache misses per event and per request of both "
         "servers (needs valgrind; about 7 min)",
     )
-    parser.add_argument("--role", choices=("upstream", "relay", "proxy"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--kept-alive-only",
+        action="store_true",
+        help="run only the kept-alive latency case (consecutive streams on one connection) "
+        "and print its table, writing nothing (with --quick: 5 requests of 5 pieces)",
+    )
+    parser.add_argument(
+        "--role", choices=("upstream", "relay", "proxy", "serve"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--http", default="h11", help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1091,6 +1312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.quick and args.write:
         parser.error("--quick results are not for the tracked results: use --out")
+    if args.kept_alive_only:
+        if args.write or args.out:
+            parser.error("--kept-alive-only prints its table and writes nothing")
+        print("\n".join(kept_alive_only(QUICK_KEPT_ALIVE if args.quick else KEPT_ALIVE)))
+        return 0
     from _harness import environment
 
     _raise_fd_limit()
@@ -1108,6 +1334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rounds,
             args.profile,
             Path(tmp),
+            QUICK_KEPT_ALIVE if args.quick else KEPT_ALIVE,
         )
     if args.instructions:
         result["instructions"] = bench_instructions(
@@ -1123,6 +1350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dict(asdict(r), cpu_us_per_event=r.cpu_us_per_event) for r in result["paced_cpu"]
         ],
         runs=[dict(asdict(r), cpu_us_per_event=r.cpu_us_per_event) for r in result["runs"]],
+        kept_alive=[asdict(r) for r in result["kept_alive"]],
         environment=env,
     )
     (out / f"{PREFIX}.json").write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")

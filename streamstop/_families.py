@@ -21,7 +21,9 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 - A cut writes the family's own end: Anthropic's ``content_block_stop``, ``message_delta``
   (``stop_reason: "stop_sequence"``, ``stop_sequence``) and ``message_stop``; Ollama's line
   with ``done: true, done_reason: "stop"``; llama.cpp's event with ``stop: true``,
-  ``stop_type: "word"``, ``stopping_word``; TGI's event with ``generated_text`` and
+  ``stop_type: "word"``, ``stopping_word`` (and, as last received, the fields of its own last
+  event that only the server knows: ``model``, ``truncated``, ``tokens_cached``, ``timings``);
+  TGI's event with ``generated_text`` and
   ``details.finish_reason: "stop_sequence"``. After it the stream is :attr:`FamilyStream.done`
   (for llama.cpp with several prompts: once every prompt is over) and the upstream may close.
 - Events that are not text (Anthropic's ``tool_use``, ``thinking``, pings; TGI's special
@@ -40,6 +42,7 @@ from ._sse import encode_event
 __all__ = [
     "FAMILIES",
     "FAMILY_PATHS",
+    "OPENAI_ALIASES",
     "TGI",
     "Anthropic",
     "LlamaCpp",
@@ -218,11 +221,24 @@ def _index(payload: dict[str, Any]) -> int:
     return index if isinstance(index, int) and not isinstance(index, bool) else 0
 
 
+# Fields of llama.cpp's last event (tools/server/server-task.cpp, to_json_non_oaicompat) that
+# the proxy cannot work out: a cut's end carries each as last received, from an event of its
+# prompt (``timings`` comes with every event under ``timings_per_token``; an older server's
+# last event of text had ``truncated``) or, for ``model`` (the server's, the same for all
+# prompts), of any prompt (another prompt's end). What never came is left out, not made up.
+_SERVER_FIELDS = ("truncated", "tokens_cached", "timings")
+
+
 class LlamaCpp(Family):
-    """llama.cpp's native ``/completion``: SSE (or one JSON object, or an array of them for a
-    list of prompts) with ``content``, ``index`` and a last event with ``stop: true``."""
+    """llama.cpp's native ``/completion`` (and ``/completions``, the same handler): SSE (or one
+    JSON object, or an array of them for a list of prompts) with ``content``, ``index`` and a
+    last event with ``stop: true``."""
 
     name = "llama.cpp"
+
+    def __init__(self) -> None:
+        self._model: Any = None
+        self._received: dict[int, dict[str, Any]] = {}
 
     def slots(self, request: dict[str, Any]) -> int:
         prompt = request.get("prompt")
@@ -238,7 +254,13 @@ class LlamaCpp(Family):
     def text(self, payload: dict[str, Any]) -> tuple[int, str | None] | None:
         if "content" not in payload and "stop" not in payload:
             return None
-        return _index(payload), payload.get("content")
+        slot = _index(payload)
+        if "model" in payload:
+            self._model = payload["model"]
+        received = [key for key in _SERVER_FIELDS if key in payload]
+        if received:
+            self._received.setdefault(slot, {}).update((key, payload[key]) for key in received)
+        return slot, payload.get("content")
 
     def finishes(self, payload: dict[str, Any]) -> bool:
         return payload.get("stop") is True
@@ -256,7 +278,10 @@ class LlamaCpp(Family):
         }
 
     def cut(self, payload: dict[str, Any], slot: int, text: str, stop: str) -> list[dict[str, Any]]:
-        return [self._stopped(payload, text, stop)]
+        known = dict(self._received.get(slot, {}))
+        if self._model is not None:
+            known["model"] = self._model
+        return [self._stopped({**payload, **known}, text, stop)]
 
     def cut_whole(
         self, response: Any, automaton: StopAutomaton, include_stop: bool
@@ -361,7 +386,13 @@ FAMILY_PATHS: dict[str, str] = {
     "/api/chat": "ollama-chat",
     "/api/generate": "ollama-generate",
     "/completion": "llama.cpp",
-    "/completions": "llama.cpp",  # llama.cpp's alias of /completion (not OpenAI's /v1/...)
+    # llama.cpp's alias of /completion, the same native handler (tools/server/server.cpp routes
+    # both to post_completions; OpenAI's format is /v1/completions' alone).
+    "/completions": "llama.cpp",
     "/generate": "tgi",
     "/generate_stream": "tgi",
 }
+
+# Paths that serve the OpenAI API without its /v1, and their /v1 twin: llama.cpp routes
+# /chat/completions to the handler of /v1/chat/completions (tools/server/server.cpp).
+OPENAI_ALIASES: dict[str, str] = {"/chat/completions": "/v1/chat/completions"}

@@ -55,7 +55,7 @@ import anyio.to_thread
 from .. import _json
 from .._automaton import StopAutomaton
 from .._chunks import cut_response
-from .._families import FAMILIES, FAMILY_PATHS
+from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
 from .._family import Family, FamilyStream
 from .._sse_filter import SSEFilter
 from ._asgi import (
@@ -86,7 +86,8 @@ from ._request import (
 
 __all__ = ["DEFAULT_FAMILY_PATHS", "DEFAULT_PATHS", "StopMiddleware"]
 
-DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions")
+# OpenAI's endpoints, and their aliases without /v1 (llama.cpp's /chat/completions).
+DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", *OPENAI_ALIASES)
 # The native APIs filtered besides OpenAI's: path -> family (see streamstop._families).
 DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
 

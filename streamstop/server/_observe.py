@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .._families import FAMILY_PATHS
+from .._families import FAMILY_PATHS, OPENAI_ALIASES
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
@@ -63,6 +63,7 @@ ROUTES = (
     "/v1/embeddings",
     "/v1/models",
     "/v1/models/{model}",
+    *OPENAI_ALIASES,
     *FAMILY_PATHS,
     *_PROBES,
 )

@@ -16,6 +16,11 @@ Rules added here:
   with ``Retry-After`` and ``Connection: close``.
 - A request uvicorn cannot parse, and a head over its size, get a ``400`` in the OpenAI error
   shape (code ``invalid_http_request``, ``Connection: close``), not uvicorn's plain text.
+- Every connection sends without Nagle's delay (``TCP_NODELAY``), whatever made the listening
+  socket. asyncio sets the option on an accepted socket only if the listener's protocol is
+  ``IPPROTO_TCP``, as uvicorn's own listeners' is, but a socket from ``socket.create_server()``
+  (the commands') says 0: a response that starts on a kept-alive connection then waited for
+  the client's delayed acknowledgement, 40 ms and more, before its first event.
 
 uvicorn imports the protocol by name (``ServerConfig(http=protocol())``), in every worker
 process. :func:`protocol` names :class:`GuardedHttpToolsProtocol` (``_protocol_httptools``)
@@ -28,7 +33,9 @@ event on h11 (benchmarks/README.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from typing import Any
 
 import uvicorn
@@ -43,6 +50,7 @@ __all__ = [
     "GuardedH11Protocol",
     "HeadGuard",
     "ServerConfig",
+    "no_delay",
     "protocol",
 ]
 
@@ -115,6 +123,7 @@ class HeadGuard(asyncio.Protocol):
         self._busy_app = _busy(self._connection_limit)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        no_delay(transport)
         super().connection_made(transport)
         self._arm()
 
@@ -188,6 +197,16 @@ class GuardedH11Protocol(HeadGuard, H11Protocol):
     def _partial_head(self) -> bool:
         partial, _ = self.conn.trailing_data
         return bool(partial)
+
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP transport's socket: each write is sent at once (a
+    Unix socket has no such option and is left alone)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        # OSError: the client has gone already, which uvicorn sees at its first read.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _busy(limit: int | None) -> Any:

@@ -6,7 +6,8 @@ backend gets stops of any number, cut without leaks. Rules:
 - ``upstream`` names the server's root (``http://localhost:11434``); a ``/v1`` suffix, the base
   URL an OpenAI client would be given (``http://localhost:8001/v1``), names the same root. A
   path on the proxy is that path under the root: ``/v1/chat/completions``, ``/v1/messages``,
-  ``/api/chat``, ``/completion``, ``/generate_stream``... The OpenAI API (``/v1/...``) and the
+  ``/api/chat``, ``/completion``, ``/generate_stream``... The OpenAI API (``/v1/...``, and
+  llama.cpp's ``/chat/completions``: :data:`streamstop._families.OPENAI_ALIASES`) and the
   native paths of the other API families (:data:`streamstop._families.FAMILY_PATHS`) are
   forwarded; any other path gets a 404 unless ``forward_other=True``, and so do paths outside
   ``routes`` when an allow-list is given. Every path forwarded passes the same checks:
@@ -49,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 import zlib
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
@@ -59,7 +61,7 @@ import anyio
 import anyio.to_thread
 
 from .. import _json
-from .._families import FAMILIES, FAMILY_PATHS
+from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
 from .._family import Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
@@ -248,9 +250,15 @@ class ProxyApp:
             import httpx
 
             connect = 30.0 if self.timeout is None else min(self.timeout, 30.0)
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=connect),
+            # Without Nagle's delay, as the connections the proxy accepts (._protocol): asyncio
+            # and trio set it on a connection they open, httpcore does not; set here, it holds
+            # whatever opens the socket.
+            transport = httpx.AsyncHTTPTransport(
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            )
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=connect), transport=transport
             )
         return self._client
 
@@ -274,7 +282,12 @@ class ProxyApp:
         except InvalidRequest as error:
             await send_invalid(send, error)
             return
-        known = path == "/v1" or path.startswith("/v1/") or path in FAMILY_PATHS
+        known = (
+            path == "/v1"
+            or path.startswith("/v1/")
+            or path in FAMILY_PATHS
+            or path in OPENAI_ALIASES
+        )
         if not (known or self.forward_other) or (
             self.routes is not None and path not in self.routes
         ):
@@ -282,7 +295,7 @@ class ProxyApp:
                 send,
                 404,
                 f"Unknown request URL: {path}: this proxy serves the OpenAI API under /v1 and "
-                f"{', '.join(FAMILY_PATHS)}"
+                f"{', '.join([*OPENAI_ALIASES, *FAMILY_PATHS])}"
                 + ("." if self.routes is None else f", routes {sorted(self.routes)}."),
                 code="unknown_url",
             )

@@ -37,6 +37,15 @@ def test_quick_run_reports_cpu_latency_and_memory(tmp_path: Path) -> None:
     for run in raw["runs"]:
         assert run["events"] > 0
         assert run["p99_us"] >= run["p50_us"] > 0
+    kept = {run["server"]: run for run in raw["kept_alive"]}
+    assert {"direct", "serve/h11", "proxy/h11", "relay/h11"} <= set(kept)
+    for run in kept.values():
+        requests = proxy_overhead.QUICK_KEPT_ALIVE.requests
+        assert len(run["first_byte_us"]) == len(run["first_piece_us"]) == requests
+        pairs = zip(run["first_byte_us"], run["first_piece_us"], strict=True)
+        assert all(0 < first_byte <= first_piece for first_byte, first_piece in pairs)
+        assert run["gaps_us"]
+    assert "## Kept-alive connections: consecutive streams" in report
 
 
 _ENV = {"commit": "x", "date": "y", "python": "z", "machine": "m", "cpus": "2", "load": "0"}
@@ -196,3 +205,33 @@ def test_cachegrind_output_without_totals_is_refused_by_name() -> None:
         proxy_overhead.cachegrind_totals("events: Ir\n")
     with pytest.raises(ValueError, match=r"summary has 1 counts for the events \['Ir', 'I1mr'\]"):
         proxy_overhead.cachegrind_totals("events: Ir I1mr\nsummary: 5\n")
+
+
+def test_percentiles_interpolate_between_the_values_measured() -> None:
+    values = [float(v) for v in range(1, 21)]  # 20 requests' figures, 1 to 20
+    assert proxy_overhead.percentiles(values) == pytest.approx((10.5, 19.81))
+    assert proxy_overhead.percentiles([7.0]) == (7.0, 7.0)
+
+
+def test_the_kept_alive_table_shows_first_byte_first_piece_and_gaps_in_ms() -> None:
+    runs = [
+        proxy_overhead.KeptAliveRun("direct", 2, 5.0, [300.0, 300.0], [300.0, 300.0], [5000.0]),
+        proxy_overhead.KeptAliveRun(
+            "proxy/h11", 2, 5.0, [1000.0, 3000.0], [44_000.0, 46_000.0], [0.0, 0.0, 10_000.0]
+        ),
+    ]
+    text = _render(kept_alive=runs)
+    section = text.split("## Kept-alive connections: consecutive streams", 1)[1]
+    assert "2 streamed chat requests one after the other on one connection" in section
+    assert "text pieces 5 ms apart" in section
+    assert "| direct to the upstream | 2 | 0.3 / 0.3 ms | 0.3 / 0.3 ms | 5.0 / 5.0 ms |" in section
+    assert "| proxy/h11 | 2 | 2.0 / 3.0 ms | 45.0 / 46.0 ms | 0.0 / 9.8 ms |" in section
+    # Results written before the case existed render without it.
+    assert "Kept-alive" not in _render()
+
+
+def test_kept_alive_only_refuses_to_write_results(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        proxy_overhead.main(["--kept-alive-only", "--write"])
+    assert exited.value.code == 2
+    assert "--kept-alive-only prints its table and writes nothing" in capsys.readouterr().err

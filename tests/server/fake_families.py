@@ -3,8 +3,10 @@
 Shapes follow the APIs' documentation: Anthropic Messages (``/v1/messages``: SSE with
 ``event:`` names, a thinking block first when ``thinking`` is asked, a tool_use block after the
 text when ``tools`` are given), Ollama (``/api/chat``, ``/api/generate``: NDJSON, streaming
-unless ``stream: false``), llama.cpp (``/completion``: ``data:`` events with ``content`` and
-``index``, a last one with ``stop: true``; one output per prompt of a list), TGI
+unless ``stream: false``), llama.cpp (``/completion`` and its alias ``/completions``:
+``data:`` events with ``content`` and ``index``, a last one with ``stop: true`` and the fields
+only it has, as tools/server/server-task.cpp writes them; one output per prompt of a list; and
+``/chat/completions``, OpenAI's chat format without the ``/v1``, as llama.cpp serves it), TGI
 (``/generate_stream``: ``data:`` events with ``token``, a last one with ``generated_text`` and
 ``details``; ``/generate``: one object).
 
@@ -82,6 +84,8 @@ class FakeFamilies:
             "/api/chat": self._ollama,
             "/api/generate": self._ollama,
             "/completion": self._llamacpp,
+            "/completions": self._llamacpp,  # llama.cpp's alias: the same native handler
+            "/chat/completions": self._llamacpp_chat,
             "/generate": self._tgi,
             "/generate_stream": self._tgi,
         }.get(path)
@@ -212,34 +216,50 @@ class FakeFamilies:
         prompt = request.get("prompt", "")
         prompts = prompt if isinstance(prompt, list) else [prompt]
 
-        def result(index: int, content: str, stop: bool, text: str) -> dict[str, Any]:
-            out: dict[str, Any] = {
+        timings_per_token = request.get("timings_per_token") is True
+
+        def result(index: int, content: str, stop: bool, text: str, n: int) -> dict[str, Any]:
+            # server_task_result_cmpl_partial / _final::to_json_non_oaicompat: a partial has no
+            # model, truncated or tokens_cached; timings only under timings_per_token.
+            timings = {"cache_n": 0, "prompt_n": 4, "prompt_ms": 2.5, "predicted_n": n,
+                       "predicted_ms": 1.5 * n, "predicted_per_second": 666.7}  # fmt: skip
+            if not stop:
+                out: dict[str, Any] = {
+                    "index": index,
+                    "content": content,
+                    "tokens": [1000 + n],
+                    "stop": False,
+                    "id_slot": index,
+                    "tokens_predicted": n,
+                    "tokens_evaluated": 4,
+                }
+                if timings_per_token:
+                    out["timings"] = timings
+                return out
+            return {
                 "index": index,
                 "content": content,
                 "tokens": [],
                 "id_slot": index,
-                "stop": stop,
+                "stop": True,
                 "model": "fake.gguf",
-                "tokens_predicted": len(pieces(text)),
+                "tokens_predicted": n,
                 "tokens_evaluated": 4,
+                "generation_settings": {"n_predict": -1},
+                "prompt": text,
+                "has_new_line": False,
+                "truncated": False,
+                "stop_type": "eos",
+                "stopping_word": "",
+                "tokens_cached": 4 + n,
+                "timings": timings,
             }
-            if stop:
-                out.update(
-                    generation_settings={"n_predict": -1},
-                    prompt=text,
-                    has_new_line=False,
-                    truncated=False,
-                    stop_type="eos",
-                    stopping_word="",
-                    tokens_cached=4,
-                    timings={"predicted_ms": 1.0},
-                )
-            return out
 
         if not request.get("stream"):
-            results = [
-                result(i, str(p).replace(FOREVER, ""), True, str(p)) for i, p in enumerate(prompts)
-            ]
+            results = []
+            for i, p in enumerate(prompts):
+                text = str(p).replace(FOREVER, "")
+                results.append(result(i, text, True, str(p), len(pieces(text))))
             await _json(send, 200, results if isinstance(prompt, list) else results[0])
             return
 
@@ -249,12 +269,47 @@ class FakeFamilies:
             for step in range(max(map(len, split), default=0)):
                 for index, parts in enumerate(split):
                     if step < len(parts):
-                        yield _data(result(index, parts[step], False, str(prompts[index])))
+                        text = str(prompts[index])
+                        yield _data(result(index, parts[step], False, text, step + 1))
             if any(FOREVER in str(p) for p in prompts):
-                for piece in itertools.repeat(" more"):
-                    yield _data(result(0, piece, False, ""))
+                for n, piece in enumerate(itertools.repeat(" more"), len(split[0]) + 1):
+                    yield _data(result(0, piece, False, "", n))
             for index, p in enumerate(prompts):
-                yield _data(result(index, "", True, str(p)))
+                # In a stream the last event's content is empty: the text came before it.
+                yield _data(result(index, "", True, str(p), len(split[index])))
+
+        await self._stream(send, b"text/event-stream", events())
+
+    async def _llamacpp_chat(self, path: str, request: dict[str, Any], send: Send) -> None:
+        """llama.cpp's /chat/completions: OpenAI's chat completion (chunks), as it writes them
+        (server_task_result_cmpl_partial / _final::to_json_oaicompat_chat*)."""
+        text = _last_user_text(request.get("messages")).replace(FOREVER, "")
+        head = {"created": 1700000000, "id": "chatcmpl-fake", "model": "fake.gguf",
+                "system_fingerprint": "b1-fake"}  # fmt: skip
+        if not request.get("stream"):
+            message = {"role": "assistant", "content": text}
+            choice = {"finish_reason": "stop", "index": 0, "message": message}
+            usage = {"completion_tokens": len(pieces(text)), "prompt_tokens": 4,
+                     "total_tokens": 4 + len(pieces(text))}  # fmt: skip
+            answer = {"choices": [choice], **head, "object": "chat.completion", "usage": usage}
+            await _json(send, 200, answer)
+            return
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice = {"finish_reason": finish_reason, "index": 0, "delta": delta}
+            return _data({"choices": [choice], **head, "object": "chat.completion.chunk"})
+
+        forever = FOREVER in _last_user_text(request.get("messages"))
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            yield chunk({"role": "assistant", "content": None})
+            for piece in pieces(text):
+                yield chunk({"content": piece})
+            if forever:
+                for piece in itertools.repeat(" more"):
+                    yield chunk({"content": piece})
+            yield chunk({}, "stop")
+            yield b"data: [DONE]\n\n"
 
         await self._stream(send, b"text/event-stream", events())
 

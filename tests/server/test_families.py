@@ -173,19 +173,33 @@ def _ollama_read(key: str) -> Callable[[bytes], Read]:
     return read
 
 
+def llamacpp_partial(n: int, content: str, index: int = 0, **more: Any) -> dict[str, Any]:
+    """llama.cpp's event of the ``n``-th token (server_task_result_cmpl_partial's
+    to_json_non_oaicompat): no model, truncated or tokens_cached; timings only if asked."""
+    return {"index": index, "content": content, "tokens": [100 + n], "stop": False,
+            "id_slot": index, "tokens_predicted": n, "tokens_evaluated": 7, **more}  # fmt: skip
+
+
+def llamacpp_final(n: int, index: int = 0, **more: Any) -> dict[str, Any]:
+    """llama.cpp's last event of a stream (server_task_result_cmpl_final): its content is
+    empty (the text came before), and it alone has the server's fields."""
+    return {
+        "index": index, "content": "", "tokens": [], "id_slot": index, "stop": True,
+        "model": "qwen2-0.5b.gguf", "tokens_predicted": n, "tokens_evaluated": 7,
+        "generation_settings": {"n_predict": -1}, "prompt": "Once", "has_new_line": False,
+        "truncated": False, "stop_type": "eos", "stopping_word": "", "tokens_cached": 7 + n,
+        "timings": {"prompt_n": 7, "predicted_n": n}, **more,
+    }  # fmt: skip
+
+
 def llamacpp_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
     events: list[tuple[str | None, dict[str, Any]]] = [
-        (None, {"index": 0, "content": part, "stop": False, "id_slot": 0}) for part in parts
+        (None, llamacpp_partial(n, part)) for n, part in enumerate(parts, 1)
     ]
     if error:
         events.append((None, {"error": {"code": 500, "message": "x", "type": "server_error"}}))
     elif end:
-        events.append(
-            (
-                None,
-                {"index": 0, "content": "", "stop": True, "stop_type": "eos", "stopping_word": ""},
-            )
-        )
+        events.append((None, llamacpp_final(len(parts))))
     return _sse(events)
 
 
@@ -443,6 +457,47 @@ def test_llamacpp_several_prompts_end_one_by_one() -> None:
     assert [p["content"] for p in _sse_payloads(out)] == ["e"]
 
 
+def test_llamacpp_a_cut_ends_with_what_the_servers_last_event_has_where_known() -> None:
+    # Two prompts, timings_per_token: prompt 0 ends by itself (its last event has the model),
+    # prompt 1 is cut. Its end carries the model (the server's, of any prompt), its own last
+    # timings, the stop; not prompt 0's truncated or tokens_cached, which are per prompt.
+    events: list[tuple[str | None, dict[str, Any]]] = [
+        (None, llamacpp_partial(1, "ab", index=0, timings={"predicted_n": 1})),
+        (None, llamacpp_partial(1, "Hi", index=1, timings={"predicted_n": 1})),
+        (None, llamacpp_final(1, index=0)),
+        (None, llamacpp_partial(2, " th", index=1, timings={"predicted_n": 2})),
+        (None, llamacpp_partial(3, "ere.", index=1, timings={"predicted_n": 3})),
+    ]
+    stream = FamilyStream(FAMILIES["llama.cpp"], ".", n=2)
+    payloads = _sse_payloads(stream.feed(_sse(events)))
+    assert stream.done
+    assert payloads[-1] == {
+        **llamacpp_partial(3, "ere", index=1),
+        "stop": True,
+        "model": "qwen2-0.5b.gguf",
+        "timings": {"predicted_n": 3},
+        "stop_type": "word",
+        "stopping_word": ".",
+    }
+    # A prompt alone, without timings_per_token: nothing of the server's came, none is made up.
+    alone = FamilyStream(FAMILIES["llama.cpp"], ".", n=1)
+    (end,) = _sse_payloads(alone.feed(_sse([(None, llamacpp_partial(1, "a.b"))])))
+    assert end == {
+        **llamacpp_partial(1, "a"),
+        "stop": True,
+        "stop_type": "word",
+        "stopping_word": ".",
+    }
+    assert not {"model", "truncated", "tokens_cached", "timings"} & set(end)
+
+
+def test_llamacpp_a_cut_takes_the_fields_an_older_server_sent_with_its_text() -> None:
+    # Before server_task_result_cmpl_final, a partial event could carry truncated and timings.
+    old = llamacpp_partial(1, "a.b", truncated=False, timings={"predicted_n": 1})
+    (end,) = _sse_payloads(FamilyStream(FAMILIES["llama.cpp"], ".").feed(_sse([(None, old)])))
+    assert (end["truncated"], end["timings"], end["content"]) == (False, {"predicted_n": 1}, "a")
+
+
 def test_llamacpp_the_last_prompt_ending_with_held_text_ends_the_stream() -> None:
     events: list[tuple[str | None, dict[str, Any]]] = [
         (None, {"index": 0, "content": "a.b", "stop": False}),
@@ -569,7 +624,11 @@ def test_module_all_and_doctests() -> None:
 
     from ..public_api import public_definitions
 
-    assert set(adapters.__all__) == public_definitions(adapters) | {"FAMILIES", "FAMILY_PATHS"}
+    assert set(adapters.__all__) == public_definitions(adapters) | {
+        "FAMILIES",
+        "FAMILY_PATHS",
+        "OPENAI_ALIASES",
+    }
     assert set(core.__all__) == public_definitions(core)
     for module in (adapters, core):
         assert doctest.testmod(module).failed == 0
@@ -598,3 +657,15 @@ def test_a_frame_that_is_not_json_ends_the_stream_in_error(family: str, bytewise
     assert result.text == "ab"
     assert broken not in out
     assert b"not a JSON object" in out
+
+
+def test_the_llamacpp_handbook_page_runs() -> None:
+    # Its examples of where the proxy's stops and llama.cpp's own differ are streamstop's
+    # real behaviour: each is a doctest of the filter on llama.cpp's events.
+    import doctest
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "families" / "llamacpp.md"
+    result = doctest.testfile(str(page), module_relative=False)
+    assert result.failed == 0
+    assert result.attempted >= 4  # one example per difference, at the least

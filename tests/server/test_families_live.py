@@ -18,6 +18,7 @@ from typing import Any
 import anthropic
 import httpx
 import ollama
+import openai
 import pytest
 
 from streamstop.server import ProxyApp, StopMiddleware
@@ -267,7 +268,12 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     with httpx.Client(base_url=root_proxy.base_url) as client:
         streamed = client.post(
             "/completion",
-            json={"prompt": f"Once upon a time</s> {FOREVER}", "stop": STOPS, "stream": True},
+            json={
+                "prompt": f"Once upon a time</s> {FOREVER}",
+                "stop": STOPS,
+                "stream": True,
+                "timings_per_token": True,
+            },
         )
         many = client.post(
             "/completion",
@@ -278,6 +284,10 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     assert "".join(event["content"] for event in events) == "Once upon a time"
     assert events[-1]["stop"] is True
     assert (events[-1]["stop_type"], events[-1]["stopping_word"]) == ("word", "</s>")
+    # The end of the cut has the server's fields as they came (timings, with each event under
+    # timings_per_token), and none that never came (model: only in the server's own end).
+    assert events[-1]["timings"]["predicted_n"] == events[-1]["tokens_predicted"] == 7
+    assert "model" not in events[-1]
     ends.wait_cancelled(cancelled + 1)
     assert "stop" not in fake.requests[-1][1]
     by_index: dict[int, str] = {}
@@ -286,6 +296,33 @@ def test_llamacpp_completion(root_proxy: LiveServer, ends: Ends, fake: FakeFamil
     assert by_index == {0: "a.", 1: "c."}
     assert whole.json()["content"] == "x "
     assert whole.json()["stopping_word"] == "STOP"
+
+
+def test_llamacpps_paths_without_v1_are_filtered_as_what_they_serve(
+    proxy: LiveServer, ends: Ends, fake: FakeFamilies
+) -> None:
+    # The openai client given the server's root (no /v1) asks for /chat/completions: llama.cpp
+    # serves OpenAI's format there, and the proxy forwards and cuts it as /v1/chat/completions.
+    cancelled = ends.cancelled()
+    with openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0) as client:
+        stream = client.chat.completions.create(
+            model="m", messages=_user(f"Once upon</s> a time {FOREVER}"), stop=STOPS, stream=True
+        )
+        chunks = list(stream)
+        whole = client.chat.completions.create(model="m", messages=_user("a b STOP c"), stop=STOPS)
+    assert fake.requests[-2][0] == "/chat/completions"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Once upon"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    ends.wait_cancelled(cancelled + 1)
+    assert whole.choices[0].message.content == "a b "
+    # /completions is llama.cpp's native /completion under another name: cut as that.
+    with httpx.Client(base_url=proxy.base_url) as http:
+        native = http.post(
+            "/completions", json={"prompt": "x.STOP.y", "stop": STOPS, "stream": True}
+        )
+    events = _sse_data(native.content)
+    assert "".join(event["content"] for event in events) == "x."
+    assert (events[-1]["stop"], events[-1]["stopping_word"]) == (True, "STOP")
 
 
 def test_tgi_generate_stream_and_generate(root_proxy: LiveServer, fake: FakeFamilies) -> None:

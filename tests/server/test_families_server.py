@@ -185,6 +185,34 @@ async def test_family_paths_can_be_turned_off() -> None:
 def test_metrics_label_the_family_routes() -> None:
     assert route_label("/api/chat") == "/api/chat"
     assert route_label("/v1/messages") == "/v1/messages"
+    # llama.cpp's paths without /v1: labelled as themselves, not "other".
+    assert route_label("/chat/completions") == "/chat/completions"
+    assert route_label("/completions") == "/completions"
+
+
+async def test_chat_completions_without_v1_is_filtered_as_openai_chat() -> None:
+    request = {"model": "m", "stop": ["STOP"], "messages": [{"role": "user", "content": "a STOP"}]}
+    async with served() as (client, app, fake):
+        whole = await client.post("/chat/completions", json=request)
+        streamed = await client.post("/chat/completions", json={**request, "stream": True})
+    assert whole.json()["choices"][0]["message"]["content"] == "a "
+    assert "STOP" not in streamed.text
+    assert streamed.text.endswith("data: [DONE]\n\n")
+    assert app.record.stop_fired == "STOP"
+    assert "stop" not in fake.requests[-1][1]
+
+
+async def test_the_proxy_forwards_llamacpps_paths_without_v1() -> None:
+    answer = http_response("200 OK", "application/json", b'{"content":"x","stop":true}')
+    async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, _):
+        for path in ("/chat/completions", "/completions"):
+            response = await client.post(f"http://proxy{path}", json={"prompt": "p"})
+            assert response.status_code == 200, response.text
+        unknown = await client.post("http://proxy/chat/other", json={})
+    heads = [request.split(b"\r\n", 1)[0] for request in upstream.requests]
+    assert heads == [b"POST /chat/completions HTTP/1.1", b"POST /completions HTTP/1.1"]
+    assert unknown.status_code == 404
+    assert "/chat/completions, /v1/messages" in unknown.json()["error"]["message"]
 
 
 # -- upstream faults through the proxy, in each family's shape ---------------------------------
