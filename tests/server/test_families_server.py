@@ -196,7 +196,12 @@ async def test_chat_completions_without_v1_is_filtered_as_openai_chat() -> None:
         whole = await client.post("/chat/completions", json=request)
         streamed = await client.post("/chat/completions", json={**request, "stream": True})
     assert whole.json()["choices"][0]["message"]["content"] == "a "
-    assert "STOP" not in streamed.text
+    chunks = [
+        json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")
+    ]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "a "
+    assert [c["choices"][0].get("stop_reason") for c in chunks if c["choices"]][-1] == "STOP"
     assert streamed.text.endswith("data: [DONE]\n\n")
     assert app.record.stop_fired == "STOP"
     assert "stop" not in fake.requests[-1][1]
