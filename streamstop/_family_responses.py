@@ -72,8 +72,9 @@ def _int(value: Any) -> int | None:
 
 
 def _key(payload: dict[str, Any]) -> tuple[int, int] | None:
-    output, content = _int(payload.get("output_index")), _int(payload.get("content_index"))
-    return None if output is None or content is None else (output, content)
+    output, content = payload.get("output_index"), payload.get("content_index")
+    # type() rather than isinstance: a bool is no index (and this runs once per delta).
+    return (output, content) if type(output) is int and type(content) is int else None
 
 
 def cut_part(part: dict[str, Any], text: str) -> dict[str, Any]:
@@ -152,8 +153,11 @@ class Responses(Family):
         self._annotations: dict[tuple[int, int], list[Any]] = {}  # added by events
         self._slots: dict[tuple[int, int], int] = {}
         self._keys: list[tuple[int, int]] = []  # slot -> key
-        self._sent: dict[int, list[str]] = {}  # slot -> the text sent
-        self._logprobs: dict[int, list[Any]] = {}  # slot -> the logprobs sent
+        self._sent: list[list[str]] = []  # slot -> the text sent
+        self._logprobs: list[list[Any]] = []  # slot -> the logprobs sent
+        # The slot of the event last given to text(): on_sent() is told of that event (or of
+        # those written in its place) before text() sees another.
+        self._current = 0
         self._ended = False  # a terminal event was seen
 
     def _slot(self, key: tuple[int, int]) -> int | None:
@@ -165,6 +169,8 @@ class Responses(Family):
                 return None
             slot = self._slots[key] = len(self._keys)
             self._keys.append(key)
+            self._sent.append([])
+            self._logprobs.append([])
         return slot
 
     # events
@@ -176,6 +182,7 @@ class Responses(Family):
             slot = None if key is None else self._slot(key)
             if slot is None:
                 return None
+            self._current = slot
             return slot, (payload.get("delta") if kind == _DELTA else None)
         if kind == _PART_ADDED:
             key, part = _key(payload), payload.get("part")
@@ -184,6 +191,7 @@ class Responses(Family):
             self._parts[key] = part
             slot = self._slot(key) if part.get("type") == "output_text" else None
             if slot is not None:
+                self._current = slot
                 return slot, part.get("text")
         elif kind in _LIFECYCLE:
             response = payload.get("response")
@@ -216,14 +224,12 @@ class Responses(Family):
     def on_sent(self, payload: dict[str, Any]) -> None:
         if payload.get("type") != _DELTA:
             return
-        key, delta = _key(payload), payload.get("delta")
-        slot = None if key is None else self._slots.get(key)
-        if slot is None or not isinstance(delta, str):
-            return
-        self._sent.setdefault(slot, []).append(delta)
+        delta = payload.get("delta")
+        if isinstance(delta, str):
+            self._sent[self._current].append(delta)
         logprobs = payload.get("logprobs")
-        if isinstance(logprobs, list) and logprobs:
-            self._logprobs.setdefault(slot, []).extend(logprobs)
+        if logprobs and isinstance(logprobs, list):
+            self._logprobs[self._current].extend(logprobs)
 
     def release(self, payload: dict[str, Any], slot: int, text: str) -> list[dict[str, Any]]:
         # The held text in a delta of its own, just before the part's done event.
@@ -245,7 +251,7 @@ class Responses(Family):
         item_id = payload.get("item_id")
         out: list[dict[str, Any]] = []
         if payload.get("type") == _DELTA:
-            sent = "".join(self._sent.get(slot, ()))
+            sent = "".join(self._sent[slot])
             logprobs = payload.get("logprobs")
             logprobs = _logprobs_within(logprobs, len(text)) if isinstance(logprobs, list) else []
             if text:
@@ -254,7 +260,7 @@ class Responses(Family):
             sent, logprobs = "", []
             out.append(self.with_text(payload, text))
         full = sent + text
-        logprobs = self._logprobs.get(slot, []) + logprobs
+        logprobs = self._logprobs[slot] + logprobs
         added = self._parts.get(key, {"type": "output_text", "annotations": []})
         annotations = [*(added.get("annotations") or []), *self._annotations.get(key, [])]
         part = cut_part({**added, "text": full, "annotations": annotations}, full)
