@@ -551,3 +551,15 @@ def test_the_fake_upstreams_events_are_of_the_sdks_types() -> None:
         "response.output_item.added"
     ] * 3
     assert events[-1].response.output_text == "Hi"
+
+
+def test_the_handbook_page_runs() -> None:
+    """docs/families/responses.md: its examples (the SDK, the streaming helper, the Agents
+    SDK, all offline) are doctests."""
+    import doctest
+    from pathlib import Path
+
+    page = Path(__file__).parents[2] / "docs" / "families" / "responses.md"
+    result = doctest.testfile(str(page), module_relative=False)
+    assert result.attempted > 20
+    assert result.failed == 0
