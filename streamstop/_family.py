@@ -26,6 +26,7 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -191,6 +192,17 @@ class Family:
 
     def error_payload(self, message: str, code: str) -> dict[str, Any]:
         return server_error(message, code)
+
+    def number_after(self, sent: bytes) -> int | None:
+        """For a family whose events are numbered (:attr:`sequence_field`): the number the
+        event after ``sent`` (whole events, as the upstream wrote them) should have, for a
+        writer that does not parse them (the proxy's fault event); ``None`` if not known."""
+        if self.sequence_field is None:
+            return None
+        # The field at the top of an event: in a nested string its quotes would be escaped.
+        pattern = rb'"' + re.escape(self.sequence_field.encode()) + rb'"\s*:\s*(\d+)'
+        numbers = re.findall(pattern, sent)
+        return int(numbers[-1]) + 1 if numbers else None
 
     # whole responses
     def cut_whole(

@@ -482,3 +482,32 @@ async def test_the_openai_sdk_raises_on_a_broken_responses_stream(anyio_backend:
                 assert "".join(texts) == "Hi "
         finally:
             await proxy.aclose()
+
+
+async def test_without_stops_the_proxys_fault_event_is_numbered_after_the_last_one() -> None:
+    # No stop: the middleware leaves the stream to the proxy, which does not parse events.
+    answer = _chunked("text/event-stream", _responses_head() + b"event: resp")
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url) as (client, app),
+    ):
+        path, request = _body("responses", None, stream=True)
+        response = await client.post(f"http://proxy{path}", json=request)
+    payloads = _numbered_events(response.content)
+    assert payloads[-2]["delta"] == "Hi ST"  # no stop asked for: nothing held
+    assert (payloads[-1]["type"], payloads[-1]["code"]) == ("error", "upstream_broken")
+    assert app.record.upstream_error == "broken"
+
+
+def test_number_after_reads_the_last_events_number() -> None:
+    from streamstop._families import FAMILIES as ADAPTERS
+
+    family = ADAPTERS["responses"]
+    events = (
+        b'event: a\ndata: {"type":"a","sequence_number":7,"x":"\\"sequence_number\\": 99"}\n\n'
+        b'event: b\ndata: {"type": "b", "sequence_number" : 8}\n\n'
+    )
+    assert family.number_after(events) == 9
+    assert family.number_after(events[:-40]) == 8  # an escaped one in a string is not it
+    assert family.number_after(b"") is None
+    assert ADAPTERS["anthropic"].number_after(events) is None
