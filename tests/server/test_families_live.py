@@ -513,3 +513,31 @@ async def test_openai_agents_runner_through_the_proxy(
     assert path == "/v1/responses"
     assert "stop" not in request
     assert request["instructions"] == "Echo the user."
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_openai_agents_streamed_run_through_the_proxy(
+    anyio_backend: str, proxy: LiveServer, ends: Ends
+) -> None:
+    """Runner.run_streamed reads the events themselves (it raises on an error event or a
+    response that never completes): the cut stream is a complete one to it."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
+
+    cancelled = ends.cancelled()
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+    async with client:
+        agent = Agent(
+            name="echo",
+            model=OpenAIResponsesModel(model="o4-mini", openai_client=client),
+            model_settings=ModelSettings(extra_body={"stop": STOPS}),
+        )
+        result = Runner.run_streamed(
+            agent,
+            f"Thought: done.\nObservation END {FOREVER}",
+            run_config=RunConfig(tracing_disabled=True),
+        )
+        kinds = [event.type async for event in result.stream_events()]
+    assert result.final_output == "Thought: done.\nObservation "
+    assert "raw_response_event" in kinds
+    ends.wait_cancelled(cancelled + 1)

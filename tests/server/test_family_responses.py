@@ -563,3 +563,30 @@ def test_the_handbook_page_runs() -> None:
     result = doctest.testfile(str(page), module_relative=False)
     assert result.attempted > 20
     assert result.failed == 0
+
+
+def test_a_part_added_with_text_is_cut_too() -> None:
+    # The API adds parts empty; one added with its text is still text, and cut.
+    where = {"item_id": "m", "output_index": 0, "content_index": 0}
+    events = [
+        *_start(),
+        *_message_events(0, "m", [[]], done=False)[:1],
+        {
+            "type": "response.content_part.added",
+            **where,
+            "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": "ab STOP"},
+        },
+        {"type": "response.output_text.delta", **where, "delta": "never", "logprobs": []},
+    ]
+    payloads = _payloads(_filter(_numbered(events), "STOP"))
+    kinds = [p["type"] for p in payloads]
+    assert kinds[-5:] == [
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert payloads[-5]["part"]["text"] == "ab "
+    assert payloads[-4]["text"] == "ab "
+    assert payloads[-1]["response"]["output"][0]["content"][0]["text"] == "ab "
