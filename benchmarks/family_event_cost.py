@@ -74,6 +74,28 @@ def _frames(family: str, count: int) -> tuple[str, dict[str, Any], bytes, list[b
             for i in range(count)
         ]
         return "/completion", body, b"text/event-stream", frames
+    if family == "responses":
+        body = {"model": "o4-mini", "stream": True, "stop": STOPS, "input": "p"}
+        # Numbered as the API numbers them (after created, in_progress, the item and its
+        # part), each with the obfuscation padding the API adds: every one passes as it came.
+        frames = [
+            b"event: response.output_text.delta\ndata: "
+            + json.dumps(
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": i + 4,
+                    "item_id": "msg_0123456789abcdef0123456789abcdef",
+                    "output_index": 1,
+                    "content_index": 0,
+                    "delta": f" tok{i}",
+                    "logprobs": [],
+                    "obfuscation": "Xq3vT0aZ",
+                }
+            ).encode()
+            + b"\n\n"
+            for i in range(count)
+        ]
+        return "/v1/responses", body, b"text/event-stream", frames
     body = {"inputs": "p", "parameters": {"stop": STOPS}}
     frames = [
         b"data:"
@@ -145,7 +167,7 @@ def main() -> None:
     args = parser.parse_args()
     current = _load(None)
     baseline = _load(args.baseline) if args.baseline else None
-    families = ["openai", "anthropic", "ollama", "llama.cpp", "tgi"]
+    families = ["openai", "anthropic", "ollama", "llama.cpp", "tgi", "responses"]
     best: dict[str, float] = {}
     for _ in range(args.rounds):
         for family in families:

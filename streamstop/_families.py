@@ -14,7 +14,11 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   ollama        ``/api/generate``       ``options.stop``      ``response``
   llama.cpp     ``/completion[s]``      ``stop``              ``content``
   tgi           ``/generate[_stream]``  ``parameters.stop``   ``token.text``
+  responses     ``/v1/responses``       ``stop``              ``output_text`` of messages
   ============  ======================  ====================  ============================
+
+  (The Responses API's adapter lives in :mod:`._family_responses`: its cut rebuilds the
+  response, so it keeps more state than these.)
 
 - :class:`~streamstop._family.FamilyStream` (in :mod:`._family`) is the core they all share:
   it asks the adapter only the questions above.
@@ -37,6 +41,7 @@ from typing import Any
 
 from ._automaton import StopAutomaton
 from ._family import Family, cut_each, cut_text, server_error
+from ._family_responses import Responses
 from ._sse import encode_event
 
 __all__ = [
@@ -377,7 +382,7 @@ class TGI(Family):
 
 FAMILIES: dict[str, Family] = {
     family.name: family
-    for family in (Anthropic(), OllamaChat(), OllamaGenerate(), LlamaCpp(), TGI())
+    for family in (Anthropic(), OllamaChat(), OllamaGenerate(), LlamaCpp(), TGI(), Responses())
 }
 
 # The native paths of each family, as an upstream serves them.
@@ -391,6 +396,7 @@ FAMILY_PATHS: dict[str, str] = {
     "/completions": "llama.cpp",
     "/generate": "tgi",
     "/generate_stream": "tgi",
+    "/v1/responses": "responses",  # OpenAI's Responses API: it has no stop parameter of its own
 }
 
 # Paths that serve the OpenAI API without its /v1, and their /v1 twin: llama.cpp routes

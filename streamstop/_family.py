@@ -18,10 +18,17 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   over) and the upstream may close. Events that are not text pass through untouched. An upstream
   error payload ends the stream and drops the text held back (it may be the start of a stop), as
   for OpenAI streams.
+- Two hooks serve APIs with more bookkeeping (the Responses API) and cost the others nothing:
+  a family whose events are numbered (:attr:`Family.sequence_field`) gets every event sent
+  renumbered consecutively from the upstream's first number, so events the filter adds or
+  rewrites never leave a gap or a repeat (an event whose number is already right passes byte
+  for byte); a family whose stream must end with an event of its own says so in
+  :meth:`Family.unfinished`, and a body that ends before it ends in error, held text dropped.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -121,6 +128,9 @@ class Family:
     framing = "sse"  # or "ndjson"
     stop_path: tuple[str, ...] = ("stop",)
     tracks_text = False  # call on_sent() with each event sent that may carry text
+    # The field numbering every event (Responses: "sequence_number"): the core keeps it
+    # consecutive over the events it sends, those it writes included.
+    sequence_field: str | None = None
 
     def fresh(self) -> Family:
         return type(self)()
@@ -180,6 +190,11 @@ class Family:
     def on_sent(self, payload: dict[str, Any]) -> None:
         """Told each event sent that may carry text, if :attr:`tracks_text`."""
 
+    def unfinished(self) -> str | None:
+        """At the end of the body (no cut, no error): why the stream is not complete (its own
+        last event never came), or ``None``. Most APIs have no such event: the default."""
+        return None
+
     def encode(self, payload: dict[str, Any]) -> bytes:
         if self.framing == "ndjson":
             return _json.dumps(payload) + b"\n"
@@ -187,6 +202,17 @@ class Family:
 
     def error_payload(self, message: str, code: str) -> dict[str, Any]:
         return server_error(message, code)
+
+    def number_after(self, sent: bytes) -> int | None:
+        """For a family whose events are numbered (:attr:`sequence_field`): the number the
+        event after ``sent`` (whole events, as the upstream wrote them) should have, for a
+        writer that does not parse them (the proxy's fault event); ``None`` if not known."""
+        if self.sequence_field is None:
+            return None
+        # The field at the top of an event: in a nested string its quotes would be escaped.
+        pattern = rb'"' + re.escape(self.sequence_field.encode()) + rb'"\s*:\s*(\d+)'
+        numbers = re.findall(pattern, sent)
+        return int(numbers[-1]) + 1 if numbers else None
 
     # whole responses
     def cut_whole(
@@ -252,6 +278,8 @@ class FamilyStream:
         self._stop_strings: dict[int, str] = {}
         self._done = False
         self._error: str | None = None
+        self._sequence = family.sequence_field
+        self._next: int | None = None  # the number of the next event sent (sequence_field)
 
     @property
     def family(self) -> Family:
@@ -316,6 +344,10 @@ class FamilyStream:
                     )
                 out = self._payload(line + b"\n", payload)
         if not self._done:
+            problem = self._family.unfinished()
+            if problem is not None:
+                self._error = "truncated"
+                return out + self._fail(problem, "upstream_truncated")
             self._done = True
             out += self._held()
         return out
@@ -326,6 +358,8 @@ class FamilyStream:
             return b""
         self._done = True
         self._error = self._error or "upstream"
+        if self._sequence is not None:
+            self._number(payload)
         return self._family.encode(payload)
 
     def _fail(self, message: str, code: str) -> bytes:
@@ -372,10 +406,10 @@ class FamilyStream:
         if family.is_error(payload):
             self._done = True
             self._error = "upstream"
-            return raw
+            return raw if self._sequence is None else self._numbered(raw, payload)
         found = family.text(payload)
         if found is None:
-            return raw
+            return raw if self._sequence is None else self._numbered(raw, payload)
         slot, text = found
         if slot in self._finished:
             return b""  # past the end of its slot (cut): dropped
@@ -405,7 +439,7 @@ class FamilyStream:
         if piece is None or piece == text:
             if family.tracks_text:
                 family.on_sent(payload)
-            return raw
+            return raw if self._sequence is None else self._numbered(raw, payload)
         return self._encode([family.with_text(payload, piece)])
 
     def _encode(self, payloads: list[dict[str, Any]]) -> bytes:
@@ -413,7 +447,32 @@ class FamilyStream:
         if family.tracks_text:
             for payload in payloads:
                 family.on_sent(payload)
+        if self._sequence is not None:
+            for payload in payloads:
+                self._number(payload)
         return b"".join(family.encode(payload) for payload in payloads)
+
+    def _number(self, payload: dict[str, Any]) -> None:
+        """Give ``payload`` (an event this filter writes: its own dict) the next number."""
+        assert self._sequence is not None
+        number = 0 if self._next is None else self._next
+        payload[self._sequence] = number
+        self._next = number + 1
+
+    def _numbered(self, raw: bytes, payload: dict[str, Any]) -> bytes:
+        """An event passed on: its own bytes if its number is the next one, else re-encoded with
+        it. The upstream's first number is where the count starts."""
+        assert self._sequence is not None
+        number = payload.get(self._sequence)
+        if self._next is None:
+            if not isinstance(number, int) or isinstance(number, bool):
+                return raw  # not numbered (an error in another shape): left as it is
+            self._next = number
+        if number == self._next and not isinstance(number, bool):
+            self._next += 1
+            return raw
+        self._number(payload)
+        return self._family.encode(payload)
 
     def _held(self) -> bytes:
         out: list[bytes] = []
@@ -424,7 +483,10 @@ class FamilyStream:
             tail = self._buffers[slot].flush()
             template = self._templates.get(slot)
             if tail and template is not None:
-                out.append(self._family.encode(self._family.with_text(template, tail)))
+                payload = self._family.with_text(template, tail)
+                if self._sequence is not None:
+                    self._number(payload)
+                out.append(self._family.encode(payload))
         return b"".join(out)
 
 

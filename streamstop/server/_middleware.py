@@ -36,9 +36,9 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 - A client that disconnects (``http.disconnect``, or ``send`` failing) cancels the app too.
 - The other API families (:mod:`streamstop._families`: Anthropic's ``/v1/messages``, Ollama's
   ``/api/chat`` and ``/api/generate``, llama.cpp's ``/completion``, TGI's ``/generate`` and
-  ``/generate_stream``) go through the same life cycle, limits, checks and record: only where
-  the stops are read, how the response is framed (SSE, NDJSON, whole JSON) and how a cut is
-  written differ, and that is the family's adapter.
+  ``/generate_stream``, OpenAI's Responses API ``/v1/responses``) go through the same life
+  cycle, limits, checks and record: only where the stops are read, how the response is framed
+  (SSE, NDJSON, whole JSON) and how a cut is written differ, and that is the family's adapter.
 """
 
 from __future__ import annotations

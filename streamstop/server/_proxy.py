@@ -576,17 +576,18 @@ class _Exchange:
         )
         send = self._send
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        tail = b""
+        tail = sent = b""
         try:
             async with aclosing(self._decoded(response)) as pieces:
                 async for piece in pieces:
                     out = splitter.feed(piece)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
+                        sent = out  # the last events sent: a fault event is numbered after them
         except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
             kind, message, code = _stream_fault(error)
             self._fault(kind)
-            tail = self._error_frame(message, code)
+            tail = self._error_frame(message, code, sent)
         else:
             pending = splitter.pending
             if pending.strip(b"\r\n"):
@@ -597,15 +598,21 @@ class _Exchange:
                     tail = self._error_frame(
                         "The upstream stream ended in the middle of an event.",
                         "upstream_truncated",
+                        sent,
                     )
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
-    def _error_frame(self, message: str, code: str) -> bytes:
-        """The last frame of a stream the upstream failed: in its family's shape."""
+    def _error_frame(self, message: str, code: str, sent: bytes = b"") -> bytes:
+        """The last frame of a stream the upstream failed: in its family's shape (numbered
+        after the last events ``sent``, if the family numbers them)."""
         family = self._family
         if family is None:
             return _error_event(message, code)
-        return family.encode(family.error_payload(message, code))
+        payload = family.error_payload(message, code)
+        number = family.number_after(sent)
+        if number is not None and family.sequence_field is not None:
+            payload[family.sequence_field] = number
+        return family.encode(payload)
 
     def _error_line(self, message: str, code: str) -> bytes:
         family = self._family

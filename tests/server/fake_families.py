@@ -8,7 +8,11 @@ unless ``stream: false``), llama.cpp (``/completion`` and its alias ``/completio
 only it has, as tools/server/server-task.cpp writes them; one output per prompt of a list; and
 ``/chat/completions``, OpenAI's chat format without the ``/v1``, as llama.cpp serves it), TGI
 (``/generate_stream``: ``data:`` events with ``token``, a last one with ``generated_text`` and
-``details``; ``/generate``: one object).
+``details``; ``/generate``: one object), OpenAI's Responses API (``/v1/responses``: SSE with
+``event:`` names and numbered events, a reasoning item with its summary before the message,
+deltas with an ``obfuscation`` field, a function call after the message when ``tools`` are given;
+a request with ``stop`` refused with the live API's 400; the fields as in the openai SDK's
+``types/responses``).
 
 The model echoes the request's text (the last user message, ``prompt`` or ``inputs``) in pieces
 of ``PIECE`` characters and ignores stops, like a backend without them. A text containing
@@ -88,6 +92,7 @@ class FakeFamilies:
             "/chat/completions": self._llamacpp_chat,
             "/generate": self._tgi,
             "/generate_stream": self._tgi,
+            "/v1/responses": self._responses,
         }.get(path)
         if handler is None:
             await _json(send, 404, {"error": f"no route {path}", "path": path})
@@ -354,6 +359,208 @@ class FakeFamilies:
             )
 
         await self._stream(send, b"text/event-stream", events())
+
+    # -- OpenAI Responses ----------------------------------------------------------------------
+
+    async def _responses(self, path: str, request: dict[str, Any], send: Send) -> None:
+        if "stop" in request:
+            # What the live API answers: it has no stop parameter.
+            error = {
+                "message": "Unknown parameter: 'stop'.",
+                "type": "invalid_request_error",
+                "param": "stop",
+                "code": "unknown_parameter",
+            }
+            await _json(send, 400, {"error": error})
+            return
+        text = _input_text(request.get("input"))
+        response = _response_object(request)
+        reasoning = {"id": "rs_fake", "type": "reasoning", "summary": [SUMMARY_PART]}
+        message_id = "msg_fake"
+        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+        message = {
+            "id": message_id,
+            "type": "message",
+            "status": "completed",
+            "content": [{**part, "text": text.replace(FOREVER, "")}],
+            "role": "assistant",
+        }
+        items: list[dict[str, Any]] = [reasoning, message]
+        if request.get("tools"):
+            items.append(FUNCTION_CALL)
+        usage = _usage(len(pieces(text)))
+        if request.get("stream") is not True:
+            done = {
+                **response,
+                "status": "completed",
+                "completed_at": 1741476543,
+                "output": items,
+                "usage": usage,
+            }
+            await _json(send, 200, done)
+            return
+        await self._stream(
+            send, b"text/event-stream", self._responses_events(response, items, text, usage)
+        )
+
+    async def _responses_events(
+        self, response: dict[str, Any], items: list[dict[str, Any]], text: str, usage: Any
+    ) -> AsyncGenerator[bytes, None]:
+        number = itertools.count()
+
+        def event(kind: str, **fields: Any) -> bytes:
+            return _event(kind, {"type": kind, "sequence_number": next(number), **fields})
+
+        yield event("response.created", response=response)
+        yield event("response.in_progress", response=response)
+        for index, item in enumerate(items):
+            kind = item["type"]
+            if kind == "reasoning":
+                yield event(
+                    "response.output_item.added", output_index=index, item={**item, "summary": []}
+                )
+                where = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+                summary = SUMMARY_PART["text"]
+                yield event(
+                    "response.reasoning_summary_part.added",
+                    **where,
+                    part={"type": "summary_text", "text": ""},
+                )
+                for piece in pieces(summary):
+                    yield event(
+                        "response.reasoning_summary_text.delta",
+                        **where,
+                        delta=piece,
+                        obfuscation=OBFUSCATION,
+                    )
+                yield event("response.reasoning_summary_text.done", **where, text=summary)
+                yield event("response.reasoning_summary_part.done", **where, part=SUMMARY_PART)
+            elif kind == "message":
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
+                where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+                yield event("response.content_part.added", **where, part=part)
+                for piece in _text_pieces(text):
+                    yield event(
+                        "response.output_text.delta",
+                        **where,
+                        delta=piece,
+                        logprobs=[],
+                        obfuscation=OBFUSCATION,
+                    )
+                done = item["content"][0]
+                yield event("response.output_text.done", **where, text=done["text"], logprobs=[])
+                yield event("response.content_part.done", **where, part=done)
+            else:  # a function call
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
+                where = {"item_id": item["id"], "output_index": index}
+                for piece in pieces(item["arguments"]):
+                    yield event(
+                        "response.function_call_arguments.delta",
+                        **where,
+                        delta=piece,
+                        obfuscation=OBFUSCATION,
+                    )
+                yield event(
+                    "response.function_call_arguments.done", **where, arguments=item["arguments"]
+                )
+            yield event("response.output_item.done", output_index=index, item=item)
+        yield event(
+            "response.completed",
+            response={
+                **response,
+                "status": "completed",
+                "completed_at": 1741476543,
+                "output": items,
+                "usage": usage,
+            },
+        )
+
+
+OBFUSCATION = "q8XyTz"
+SUMMARY_PART = {
+    "type": "summary_text",
+    "text": "**Echoing** STOP, </s> and END are not stops here.",
+}
+FUNCTION_CALL = {
+    "id": "fc_fake",
+    "type": "function_call",
+    "status": "completed",
+    "arguments": '{"q": "STOP </s>"}',
+    "call_id": "call_fake",
+    "name": "get",
+}
+
+
+def _input_text(value: Any) -> str:
+    """The text of the Responses request's ``input``: a string, or the last user message (its
+    content a string or ``input_text`` parts)."""
+    if isinstance(value, str):
+        return value
+    for item in reversed(value if isinstance(value, list) else []):
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(
+                    part.get("text", "")
+                    for part in content
+                    if isinstance(part, dict) and part.get("type") == "input_text"
+                )
+    return ""
+
+
+def _response_object(request: dict[str, Any]) -> dict[str, Any]:
+    """The response object of ``response.created``, as the API writes it."""
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": 1741476542,
+        "status": "in_progress",
+        "background": False,
+        "completed_at": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "max_tool_calls": None,
+        "model": request.get("model", "o4-mini-2025-04-16"),
+        "output": [],
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": "medium", "summary": "detailed"},
+        "service_tier": "auto",
+        "store": True,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": None,
+        "user": None,
+        "metadata": {},
+    }
+
+
+def _usage(output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": 12,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": output_tokens + 20,
+        "output_tokens_details": {"reasoning_tokens": 20},
+        "total_tokens": output_tokens + 32,
+    }
 
 
 def _text_pieces(text: str) -> Iterator[str]:

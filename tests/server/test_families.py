@@ -255,15 +255,183 @@ def tgi_read(data: bytes) -> Read:
     return out
 
 
+# A reasoning summary holding the stops of the table: it must reach the client untouched.
+SUMMARY = "Hm: </s> <> STOP . c x bcd s1"
+
+
+def responses_events(
+    parts: list[str], end: bool = True, error: bool = False
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """The Responses API's events for a reasoning item, then a message of ``parts``, numbered
+    as the API numbers them (fields as in the openai SDK's types/responses)."""
+    response: dict[str, Any] = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "status": "in_progress",
+        "model": "o4-mini",
+        "output": [],
+        "usage": None,
+    }
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    summary = {"type": "summary_text", "text": SUMMARY}
+    where = {"item_id": "msg_1", "output_index": 1, "content_index": 0}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "in_progress",
+        "content": [],
+        "role": "assistant",
+    }
+    rs = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.in_progress", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": reasoning},
+        {"type": "response.reasoning_summary_part.added", **rs, "part": {**summary, "text": ""}},
+        {"type": "response.reasoning_summary_text.delta", **rs, "delta": SUMMARY},
+        {"type": "response.reasoning_summary_text.done", **rs, "text": SUMMARY},
+        {"type": "response.reasoning_summary_part.done", **rs, "part": summary},
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {**reasoning, "summary": [summary]},
+        },
+        {"type": "response.output_item.added", "output_index": 1, "item": message},
+        {
+            "type": "response.content_part.added",
+            **where,
+            "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
+        },
+    ]
+    for part in parts:
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                **where,
+                "delta": part,
+                "logprobs": [],
+                "obfuscation": "x7Q",
+            }
+        )
+    text = "".join(parts)
+    if error:
+        # As the live API sends it (the SDK's ResponseErrorEvent has the fields at the top).
+        events.append(
+            {
+                "type": "error",
+                "error": {
+                    "type": "server_error",
+                    "code": "server_error",
+                    "message": "x",
+                    "param": None,
+                },
+            }
+        )
+    elif end:
+        done_part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+        done_message = {**message, "status": "completed", "content": [done_part]}
+        usage = {
+            "input_tokens": 5,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 9,
+            "output_tokens_details": {"reasoning_tokens": 4},
+            "total_tokens": 14,
+        }
+        events += [
+            {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
+            {"type": "response.content_part.done", **where, "part": done_part},
+            {"type": "response.output_item.done", "output_index": 1, "item": done_message},
+            {
+                "type": "response.completed",
+                "response": {
+                    **response,
+                    "status": "completed",
+                    "usage": usage,
+                    "output": [{**reasoning, "summary": [summary]}, done_message],
+                },
+            },
+        ]
+    return [
+        (event["type"], {**event, "sequence_number": number}) for number, event in enumerate(events)
+    ]
+
+
+def responses_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    return _sse(responses_events(parts, end, error))
+
+
+def _sse_events(data: bytes) -> list[tuple[bytes | None, dict[str, Any]]]:
+    """Each event's ``event:`` name and its data."""
+    decoder = SSEDecoder()
+    events = decoder.feed(data)
+    last = decoder.flush()
+    if last is not None:
+        events.append(last)
+    out = []
+    for event in events:
+        fields = dict(event.fields())
+        out.append((fields.get(b"event"), json.loads(fields[b"data"])))
+    return out
+
+
+def responses_read(data: bytes) -> Read:
+    """A client of the Responses API: the text of the message, checked against every event
+    that repeats it, the stop named in ``response.completed``'s ``stop_reason``."""
+    read = Read("", None, False)
+    for number, (name, payload) in enumerate(_sse_events(data)):
+        kind = payload["type"]
+        assert name == kind.encode()  # the event name is the type, as the API writes it
+        assert payload["sequence_number"] == number  # consecutive, from 0
+        assert not read.ended, "nothing after the end"
+        assert not read.error, "nothing after an error"
+        read.order.append(kind)
+        if kind == "response.output_text.delta":
+            read.text += payload["delta"]
+        elif kind == "response.output_text.done":
+            assert payload["text"] == read.text
+        elif kind == "response.content_part.done":
+            assert payload["part"]["text"] == read.text
+        elif kind == "response.reasoning_summary_text.done":
+            assert payload["text"] == SUMMARY  # not text of a message: untouched
+        elif kind == "response.output_item.done" and payload["item"]["type"] == "message":
+            assert payload["item"]["status"] == "completed"
+            assert [part["text"] for part in payload["item"]["content"]] == [read.text]
+        elif kind == "response.completed":
+            read.ended = True
+            response = payload["response"]
+            assert response["status"] == "completed"
+            reasoning, message = response["output"]
+            assert reasoning["summary"][0]["text"] == SUMMARY
+            assert message["content"][0]["text"] == read.text
+            read.stop = response.get("stop_reason")
+        elif kind == "error":
+            read.error = True
+            assert isinstance(payload["error"]["message"], str)
+    if read.stop is not None:
+        # A cut ends in the API's order: the text, the part, the item, the response.
+        assert read.order[-4:] == [
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    return read
+
+
 WRITERS: dict[str, tuple[Callable[..., bytes], Callable[[bytes], Read]]] = {
     "anthropic": (anthropic_bytes, anthropic_read),
     "ollama-chat": (_ollama_bytes("message"), _ollama_read("message")),
     "ollama-generate": (_ollama_bytes("response"), _ollama_read("response")),
     "llama.cpp": (llamacpp_bytes, llamacpp_read),
     "tgi": (tgi_bytes, tgi_read),
+    "responses": (responses_bytes, responses_read),
 }
 # Where the end marker names the stop that fired; the others only say a stop ended it.
-NAMES_STOP = {"anthropic", "llama.cpp"}
+NAMES_STOP = {"anthropic", "llama.cpp", "responses"}
+# Where a stream must end with an event of its own (Family.unfinished): a body that ends before
+# it is an upstream fault, so the text held back is dropped and an error event ends it.
+ENDS_ITSELF = {"responses"}
 
 
 def test_every_family_has_a_writer() -> None:
@@ -280,6 +448,7 @@ class Case:
     end: bool = True
     error: bool = False
     include_stop: bool = False
+    held: str = ""  # the end of text held back when the body ends (end=False)
 
 
 CASES = [
@@ -289,7 +458,15 @@ CASES = [
     Case("no stop: all of it", ("</s>",), ("a<b", "c</", "d"), "a<bc</d", None),
     Case("prefix held, then released", ("</s>",), ("Hi<", "3"), "Hi<3", None),
     Case("held text released at the model's end", ("</s>",), ("ab</",), "ab</", None),
-    Case("held text released when the body ends", ("</s>",), ("ab</",), "ab</", None, end=False),
+    Case(
+        "held text released when the body ends",
+        ("</s>",),
+        ("ab</",),
+        "ab</",
+        None,
+        end=False,
+        held="</",
+    ),
     Case(
         "include_stop keeps the stop",
         ("</s>",),
@@ -322,8 +499,9 @@ def test_the_table_for_every_family(family: str, case: Case, bytewise: bool) -> 
     write, _ = WRITERS[family]
     data = write(list(case.parts), end=case.end, error=case.error)
     read, stream = _run(family, case, data, bytewise)
-    assert read.text == case.text
-    assert read.error == case.error
+    unfinished = not case.end and family in ENDS_ITSELF
+    assert read.text == (case.text.removesuffix(case.held) if unfinished else case.text)
+    assert read.error == (case.error or unfinished)
     if case.stop is not None:
         assert read.ended
         assert read.stop == (case.stop if family in NAMES_STOP else "<cut>")
@@ -337,6 +515,8 @@ def test_the_table_for_every_family(family: str, case: Case, bytewise: bool) -> 
         assert read.ended == (case.end and not case.error)
     if case.error:
         assert stream.error == "upstream"
+    if unfinished:
+        assert stream.error == "truncated"
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -1,11 +1,12 @@
 """Real clients of each API family through ``streamstop proxy``, in front of a fake upstream that
 speaks each API as its server does (:mod:`tests.server.fake_families`), all on 127.0.0.1.
 
-The anthropic SDK (raw events, the streaming helper, whole messages) and the ollama client
-(chat and generate, streamed and not) read what the proxy writes; llama.cpp and TGI, which have
-no client offline, are read with httpx. A text with ``[forever]`` never ends on its own: that
-such a stream ends, and that the fake upstream records it ``cancelled``, proves the cut closed
-the upstream.
+The anthropic SDK (raw events, the streaming helper, whole messages), the ollama client (chat
+and generate, streamed and not), the openai SDK's ``client.responses`` (raw events, the
+streaming helper, whole responses) and the OpenAI Agents SDK read what the proxy writes;
+llama.cpp and TGI, which have no client offline, are read with httpx. A text with
+``[forever]`` never ends on its own: that such a stream ends, and that the fake upstream records
+it ``cancelled``, proves the cut closed the upstream.
 """
 
 from __future__ import annotations
@@ -20,11 +21,18 @@ import httpx
 import ollama
 import openai
 import pytest
+from openai.types.responses import (
+    ResponseContentPartDoneEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseTextDoneEvent,
+)
 
 from streamstop.server import ProxyApp, StopMiddleware
 
 from .conftest import LiveServer, _serve
-from .fake_families import FOREVER, FakeFamilies
+from .fake_families import FOREVER, FUNCTION_CALL, SUMMARY_PART, FakeFamilies
 
 STOPS = ["STOP", "</s>", "\n\nHuman:", "<|im_end|>", "END"]  # more than TGI's default cap of 4
 
@@ -371,3 +379,201 @@ def test_forward_stop_sends_the_stops_upstream_too(
             )
         assert reply.response == "ab "
         assert fake.requests[-1][1]["options"] == {"stop": ["STOP"]}
+
+
+# -- OpenAI Responses ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpt(proxy: LiveServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=proxy.url, api_key="k", max_retries=0) as client:
+        yield client
+
+
+TOOLS: Any = [{"type": "function", "name": "get", "parameters": {"type": "object"}}]
+
+
+def test_responses_raw_events_end_with_the_stop(
+    gpt: openai.OpenAI, ends: Ends, fake: FakeFamilies
+) -> None:
+    cancelled = ends.cancelled()
+    stream = gpt.responses.create(
+        model="o4-mini",
+        input=f"Hello there STOP and more {FOREVER}",
+        stream=True,
+        extra_body={"stop": STOPS},
+    )
+    events = list(stream)
+    kinds = [event.type for event in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",  # the reasoning item, before the message
+        "response.reasoning_summary_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    summary = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
+    assert summary == SUMMARY_PART["text"]  # stops and all: not the message's text
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert "".join(e.delta for e in deltas) == "Hello there "
+    assert all(e.obfuscation for e in deltas)  # type: ignore[attr-defined]
+    done, part, item, completed = events[-4:]
+    assert isinstance(done, ResponseTextDoneEvent)
+    assert done.text == "Hello there "
+    assert isinstance(part, ResponseContentPartDoneEvent)
+    assert isinstance(part.part, ResponseOutputText)
+    assert part.part.text == "Hello there "
+    assert isinstance(item, ResponseOutputItemDoneEvent)
+    assert isinstance(item.item, ResponseOutputMessage)
+    assert item.item.status == "completed"
+    assert completed.type == "response.completed"
+    assert completed.response.output_text == "Hello there "
+    assert completed.response.stop_reason == "STOP"  # type: ignore[attr-defined]
+    assert [i.type for i in completed.response.output] == ["reasoning", "message"]
+    ends.wait_cancelled(cancelled + 1)
+    path, request = fake.requests[-1]
+    assert path == "/v1/responses"
+    assert "stop" not in request  # taken out: the API would refuse it
+
+
+def test_responses_streaming_helper_gives_the_cut_response(gpt: openai.OpenAI) -> None:
+    with gpt.responses.stream(
+        model="o4-mini",
+        input="Think of it.</s> never seen",
+        tools=TOOLS,
+        extra_body={"stop": STOPS},
+    ) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text == "Think of it."
+    assert final.output_text == "Think of it."
+    assert final.stop_reason == "</s>"  # type: ignore[attr-defined]
+    assert final.status == "completed"
+    # The function call came after the cut: it never happened.
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+
+
+def test_responses_function_calls_pass_when_no_stop_fires(gpt: openai.OpenAI) -> None:
+    with gpt.responses.stream(
+        model="o4-mini", input="Calling a tool <|im", tools=TOOLS, extra_body={"stop": STOPS}
+    ) as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "Calling a tool <|im"  # held, then released at its end
+    call = final.output[-1]
+    assert call.type == "function_call"
+    assert call.arguments == FUNCTION_CALL["arguments"]  # holds STOP and </s>: untouched
+    assert not hasattr(final, "stop_reason")
+
+
+def test_responses_whole(gpt: openai.OpenAI, fake: FakeFamilies) -> None:
+    response = gpt.responses.create(
+        model="o4-mini", input="One. END two.", extra_body={"stop": STOPS}
+    )
+    assert response.output_text == "One. "
+    assert response.stop_reason == "END"  # type: ignore[attr-defined]
+    assert response.status == "completed"
+    assert response.usage is not None  # the upstream's: it generated all of it
+    assert "stop" not in fake.requests[-1][1]
+
+
+def test_responses_bad_stops_are_a_400_naming_the_field(gpt: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        gpt.responses.create(model="o4-mini", input="x", extra_body={"stop": [1, 2]})
+    assert error.value.param == "stop"
+
+
+def test_responses_forward_stop_gets_the_upstreams_400(upstream: LiveServer) -> None:
+    for server in _serve(StopMiddleware(ProxyApp(upstream.url), forward_stop=True)):
+        with (
+            openai.OpenAI(base_url=server.url, api_key="k", max_retries=0) as client,
+            pytest.raises(openai.BadRequestError) as error,
+        ):
+            client.responses.create(model="o4-mini", input="x", extra_body={"stop": ["a"]})
+        assert error.value.status_code == 400
+        assert error.value.code == "unknown_parameter"
+        assert error.value.param == "stop"
+        assert "Unknown parameter: 'stop'." in str(error.value)
+
+
+def test_responses_client_that_leaves_stops_the_upstream(gpt: openai.OpenAI, ends: Ends) -> None:
+    cancelled = ends.cancelled()
+    stream = gpt.responses.create(
+        model="o4-mini", input=f"going on {FOREVER}", stream=True, extra_body={"stop": STOPS}
+    )
+    for event in stream:
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()
+    ends.wait_cancelled(cancelled + 1)
+
+
+def test_responses_events_written_are_the_sdks_types(proxy: LiveServer) -> None:
+    """Strictly validated, each by its own model: every field the SDK requires is there."""
+    from .test_family_responses import EVENT
+
+    body = {"model": "o4-mini", "input": "a STOP b", "stream": True, "stop": STOPS}
+    with httpx.Client(base_url=proxy.url) as client:
+        streamed = client.post("/responses", json=body)
+    events = [EVENT.validate_python(payload) for payload in _sse_data(streamed.content)]
+    assert events[-1].response.output_text == "a "
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the Agents SDK runs on asyncio only
+async def test_openai_agents_runner_through_the_proxy(
+    anyio_backend: str, proxy: LiveServer, fake: FakeFamilies
+) -> None:
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
+
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+    async with client:
+        agent = Agent(
+            name="echo",
+            instructions="Echo the user.",
+            model=OpenAIResponsesModel(model="o4-mini", openai_client=client),
+            model_settings=ModelSettings(extra_body={"stop": STOPS}),
+        )
+        result = await Runner.run(
+            agent,
+            f"Final answer: 42<|im_end|>then more {FOREVER}",
+            run_config=RunConfig(tracing_disabled=True),
+        )
+    assert result.final_output == "Final answer: 42"
+    path, request = fake.requests[-1]
+    assert path == "/v1/responses"
+    assert "stop" not in request
+    assert request["instructions"] == "Echo the user."
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_openai_agents_streamed_run_through_the_proxy(
+    anyio_backend: str, proxy: LiveServer, ends: Ends
+) -> None:
+    """Runner.run_streamed reads the events themselves (it raises on an error event or a
+    response that never completes): the cut stream is a complete one to it."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner
+
+    cancelled = ends.cancelled()
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+    async with client:
+        agent = Agent(
+            name="echo",
+            model=OpenAIResponsesModel(model="o4-mini", openai_client=client),
+            model_settings=ModelSettings(extra_body={"stop": STOPS}),
+        )
+        result = Runner.run_streamed(
+            agent,
+            f"Thought: done.\nObservation END {FOREVER}",
+            run_config=RunConfig(tracing_disabled=True),
+        )
+        kinds = [event.type async for event in result.stream_events()]
+    assert result.final_output == "Thought: done.\nObservation "
+    assert "raw_response_event" in kinds
+    ends.wait_cancelled(cancelled + 1)

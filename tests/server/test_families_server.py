@@ -44,6 +44,8 @@ def _body(
         }
     if family == "llama.cpp":
         return "/completion", {"prompt": text, "stream": stream, "stop": stops}
+    if family == "responses":
+        return "/v1/responses", {"model": "o4-mini", "input": text, "stream": stream, "stop": stops}
     assert family == "tgi"
     return ("/generate_stream" if stream else "/generate"), {
         "inputs": text,
@@ -51,8 +53,9 @@ def _body(
     }
 
 
-FAMILIES = ["anthropic", "ollama-chat", "ollama-generate", "llama.cpp", "tgi"]
+FAMILIES = ["anthropic", "ollama-chat", "ollama-generate", "llama.cpp", "tgi", "responses"]
 PARAMS = {
+    "responses": "stop",
     "anthropic": "stop_sequences",
     "ollama-chat": "options.stop",
     "ollama-generate": "options.stop",
@@ -83,6 +86,9 @@ def _text_of(family: str, response: httpx.Response) -> str:
         return str(body["response"])
     if family == "llama.cpp":
         return str(body["content"])
+    if family == "responses":
+        (message,) = [item for item in body["output"] if item["type"] == "message"]
+        return "".join(part["text"] for part in message["content"])
     return str(body["generated_text"])
 
 
@@ -412,3 +418,129 @@ async def test_the_ollama_client_raises_on_a_broken_upstream(anyio_backend: str)
 async def _drain(stream: Any) -> None:
     async for _ in stream:
         pass
+
+
+# -- the Responses API's faults through the proxy ----------------------------------------------
+
+
+def _responses_head() -> bytes:
+    from .test_families import responses_bytes
+
+    # The events up to the message's first delta, "Hi ST": "ST" may be the start of STOP.
+    return responses_bytes(["Hi ST"], end=False)
+
+
+def _numbered_events(content: bytes) -> list[dict[str, Any]]:
+    from .test_families import _sse_events
+
+    payloads = [payload for _, payload in _sse_events(content)]
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+    return payloads
+
+
+@pytest.mark.parametrize(
+    ("tail", "code", "kind"),
+    [
+        (b"event: response.output_te", "upstream_broken", "broken"),
+        (b"", "upstream_truncated", "truncated"),
+        (
+            b"event: response.output_text.delta\ndata: " + b"x" * 600 + b"\n\n",
+            "upstream_event_too_large",
+            "too_large",
+        ),
+    ],
+    ids=["broken mid-event", "ended before response.completed", "event over its limit"],
+)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_failing_responses_stream_ends_with_an_error_event(
+    tail: bytes, code: str, kind: str, anyio_backend: str
+) -> None:
+    """asyncio only, as the proxy's other fault tests: on trio, httpx leaves the iterators of
+    an upstream response the middleware stops mid-read to the garbage collector."""
+    body = _responses_head() + tail
+    if code == "upstream_truncated":  # a whole HTTP response: the stream itself is short
+        answer = http_response("200 OK", "text/event-stream", body)
+    else:
+        answer = _chunked("text/event-stream", body)
+    # The middleware's limits (the proxy's own are the defaults): the filter finds the event
+    # over its limit, as it would behind any app.
+    limits = RequestLimits(max_sse_event_bytes=500, max_sse_line_bytes=500)
+    async with raw_upstream(lambda _: answer) as upstream:
+        proxy = ProxyApp(upstream.url)
+        app = Recording(StopMiddleware(proxy, limits=limits))
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://proxy"
+            ) as client:
+                path, request = _body("responses", ["STOP"], stream=True)
+                response = await client.post(path, json=request)
+        finally:
+            await proxy.aclose()
+    payloads = _numbered_events(response.content)
+    assert payloads[-2]["delta"] == "Hi "  # "ST" never sent: it may be a stop's start
+    error = payloads[-1]
+    assert (error["type"], error["code"]) == ("error", code)
+    assert error["error"]["code"] == code
+    assert app.record.upstream_error == kind
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_openai_sdk_raises_on_a_broken_responses_stream(anyio_backend: str) -> None:
+    """asyncio only, as for the anthropic SDK above."""
+    import httpx2
+    import openai
+
+    answer = _chunked("text/event-stream", _responses_head() + b"event: resp")
+    async with raw_upstream(lambda _: answer) as upstream:
+        proxy = ProxyApp(upstream.url)
+        try:
+            async with httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=StopMiddleware(proxy))
+            ) as http:
+                client = openai.AsyncOpenAI(
+                    base_url="http://proxy/v1", api_key="k", max_retries=0, http_client=http
+                )
+                stream = await client.responses.create(
+                    model="o4-mini", input="x", stream=True, extra_body={"stop": ["STOP"]}
+                )
+                texts: list[str] = []
+
+                async def read() -> None:
+                    async for event in stream:
+                        if event.type == "response.output_text.delta":
+                            texts.append(event.delta)
+
+                with pytest.raises(openai.APIError, match="broke off"):
+                    await read()
+                assert "".join(texts) == "Hi "
+        finally:
+            await proxy.aclose()
+
+
+async def test_without_stops_the_proxys_fault_event_is_numbered_after_the_last_one() -> None:
+    # No stop: the middleware leaves the stream to the proxy, which does not parse events.
+    answer = _chunked("text/event-stream", _responses_head() + b"event: resp")
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url) as (client, app),
+    ):
+        path, request = _body("responses", None, stream=True)
+        response = await client.post(f"http://proxy{path}", json=request)
+    payloads = _numbered_events(response.content)
+    assert payloads[-2]["delta"] == "Hi ST"  # no stop asked for: nothing held
+    assert (payloads[-1]["type"], payloads[-1]["code"]) == ("error", "upstream_broken")
+    assert app.record.upstream_error == "broken"
+
+
+def test_number_after_reads_the_last_events_number() -> None:
+    from streamstop._families import FAMILIES as ADAPTERS
+
+    family = ADAPTERS["responses"]
+    events = (
+        b'event: a\ndata: {"type":"a","sequence_number":7,"x":"\\"sequence_number\\": 99"}\n\n'
+        b'event: b\ndata: {"type": "b", "sequence_number" : 8}\n\n'
+    )
+    assert family.number_after(events) == 9
+    assert family.number_after(events[:-40]) == 8  # an escaped one in a string is not it
+    assert family.number_after(b"") is None
+    assert ADAPTERS["anthropic"].number_after(events) is None
