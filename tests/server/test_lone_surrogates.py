@@ -29,6 +29,8 @@ _OPENAI = {
     '"user":"{other}"{stream}}}',
 }
 _NATIVE = {
+    "/v1/responses": '{{"model":"echo","input":"a{text}b STOP c","stop":["STOP","{stop}"],'
+    '"user":"{other}"{stream}}}',
     "/v1/messages": '{{"model":"echo","max_tokens":64,"messages":[{{"role":"user","content":'
     '"a{text}b STOP c"}}],"stop_sequences":["STOP","{stop}"],"metadata":{{"user_id":"{other}"}}'
     "{stream}}}",
