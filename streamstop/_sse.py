@@ -52,8 +52,10 @@ class SSEFrameTooLarge(ValueError):
         super().__init__(f"an SSE {what} longer than {limit} bytes (the limit)")
         self.what = what
         self.limit = limit
-        # The events completed before the limit was hit, in the same read.
+        # The events completed before the limit was hit, in the same read (SSEDecoder), and
+        # their bytes (EventSplitter): they are whole, and go out before the error.
         self.events: list[RawEvent] = []
+        self.raw = b""
 
 
 def encode_event(payload: object, other_lines: Iterable[bytes] = ()) -> bytes:
@@ -311,8 +313,12 @@ class EventSplitter:
             del buffer[:end]
         else:
             out = b""
-        if self._max_line is not None and len(buffer) > self._max_line:
-            last = max(buffer.rfind(b"\n"), buffer.rfind(b"\r"))
-            _check("line", len(buffer) - last - 1, self._max_line)
-        _check("event", len(buffer), self._max_event)
+        try:
+            if self._max_line is not None and len(buffer) > self._max_line:
+                last = max(buffer.rfind(b"\n"), buffer.rfind(b"\r"))
+                _check("line", len(buffer) - last - 1, self._max_line)
+            _check("event", len(buffer), self._max_event)
+        except SSEFrameTooLarge as error:
+            error.raw = out
+            raise
         return out

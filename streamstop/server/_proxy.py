@@ -587,6 +587,11 @@ class _Exchange:
         except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
             kind, message, code = _stream_fault(error)
             self._fault(kind)
+            if isinstance(error, SSEFrameTooLarge) and error.raw:
+                # The whole events of the read that went over the limit: they were the
+                # upstream's, sent as any other.
+                await send({"type": "http.response.body", "body": error.raw, "more_body": True})
+                sent = error.raw
             tail = self._error_frame(message, code, sent)
         else:
             pending = splitter.pending

@@ -214,6 +214,22 @@ async def test_an_event_over_its_cap_ends_the_stream() -> None:
     assert app.record.upstream_error == "too_large"
 
 
+@pytest.mark.asyncio
+async def test_the_whole_events_in_the_read_over_the_cap_are_sent_first() -> None:
+    # One read holds two whole events and the start of one over the cap: the two go out, then
+    # the error (they were dropped with the read).
+    answer = chunked(event("one") + event("two") + b"data: " + b"x" * 300)
+    limits = RequestLimits(max_sse_line_bytes=100)
+    async with (
+        holding_upstream(answer) as upstream,
+        proxied(upstream.url, limits=limits) as (client, app),
+    ):
+        response = await client.post("/chat/completions", json=STREAM)
+    assert response.content.startswith(event("one") + event("two") + b'data: {"error":')
+    assert b"upstream_event_too_large" in response.content
+    assert app.record.upstream_error == "too_large"
+
+
 @pytest.mark.parametrize("content_type", [b"text/plain", b""])
 @pytest.mark.asyncio
 async def test_a_mislabeled_stream_is_still_cut(content_type: bytes) -> None:

@@ -122,6 +122,13 @@ def test_the_splitter_caps_the_unfinished_line_and_event() -> None:
         EventSplitter(max_event_bytes=10).feed(b"id: 1\nid: 2\n")
 
 
+def test_the_splitter_keeps_the_whole_events_before_a_frame_over_its_limit() -> None:
+    splitter = EventSplitter(max_line_bytes=10)
+    with pytest.raises(SSEFrameTooLarge) as raised:
+        splitter.feed(b"data: a\n\ndata: b\n\ndata: 0123456789")
+    assert raised.value.raw == b"data: a\n\ndata: b\n\n"
+
+
 def test_flush_completes_a_last_event_without_its_blank_line() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: a\r") == []
