@@ -14,7 +14,14 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   ollama        ``/api/generate``       ``options.stop``      ``response``
   llama.cpp     ``/completion[s]``      ``stop``              ``content``
   tgi           ``/generate[_stream]``  ``parameters.stop``   ``token.text``
+  gemini        ``/v1beta/models/{model}:[stream]generateContent``: ``generationConfig.
+                stopSequences``, ``candidates[].content.parts[].text`` (:mod:`._family_gemini`)
   ============  ======================  ====================  ============================
+
+- :data:`FAMILY_PATHS` maps each path to its family; a key holding ``{model}`` is a pattern,
+  ``{model}`` standing for one path segment without ``:`` (Gemini names the model in the
+  path). :func:`family_route` finds the key a path is (the proxy's routing, the middleware's,
+  the metrics' route label: a pattern, never the model, so labels stay bounded).
 
 - :class:`~streamstop._family.FamilyStream` (in :mod:`._family`) is the core they all share:
   it asks the adapter only the questions above.
@@ -31,10 +38,14 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ._automaton import StopAutomaton
 from ._family import Family, cut_each, cut_text, server_error
+from ._family_gemini import Gemini
 from ._sse import encode_event
 
 __all__ = [
@@ -45,6 +56,8 @@ __all__ = [
     "LlamaCpp",
     "OllamaChat",
     "OllamaGenerate",
+    "family_for_path",
+    "family_route",
 ]
 
 
@@ -352,7 +365,7 @@ class TGI(Family):
 
 FAMILIES: dict[str, Family] = {
     family.name: family
-    for family in (Anthropic(), OllamaChat(), OllamaGenerate(), LlamaCpp(), TGI())
+    for family in (Anthropic(), OllamaChat(), OllamaGenerate(), LlamaCpp(), TGI(), Gemini())
 }
 
 # The native paths of each family, as an upstream serves them.
@@ -364,4 +377,51 @@ FAMILY_PATHS: dict[str, str] = {
     "/completions": "llama.cpp",  # llama.cpp's alias of /completion (not OpenAI's /v1/...)
     "/generate": "tgi",
     "/generate_stream": "tgi",
+    # Gemini's Developer API: v1beta (the SDKs' default), v1 (stable), tuned models.
+    **{
+        f"/{base}/{{model}}:{method}": "gemini"
+        for base in ("v1beta/models", "v1/models", "v1beta/tunedModels")
+        for method in ("generateContent", "streamGenerateContent")
+    },
 }
+
+
+@functools.lru_cache(maxsize=16)
+def _patterns(keys: tuple[str, ...]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
+    patterns = tuple(key for key in keys if "{model}" in key)
+    if not patterns:
+        return None
+    alternatives = (
+        "(" + re.escape(key).replace(re.escape("{model}"), "[^/:]+") + ")" for key in patterns
+    )
+    return re.compile("|".join(alternatives)), patterns
+
+
+def family_route(path: str, paths: Mapping[str, object] = FAMILY_PATHS) -> str | None:
+    """The key of ``paths`` that ``path`` is: itself, or the pattern it matches; else ``None``.
+
+    >>> family_route("/api/chat"), family_route("/v1beta/models/gemini-2.5-flash:generateContent")
+    ('/api/chat', '/v1beta/models/{model}:generateContent')
+    >>> family_route("/v1beta/models/a/b:generateContent") is None
+    True
+    """
+    if path in paths:
+        return path
+    if ":" not in path:
+        return None  # no pattern matches: each has a ":method"
+    compiled = _patterns(tuple(paths))
+    if compiled is None:
+        return None
+    regex, patterns = compiled
+    match = regex.fullmatch(path)
+    return None if match is None else patterns[(match.lastindex or 1) - 1]
+
+
+def family_for_path(path: str, paths: Mapping[str, str] = FAMILY_PATHS) -> str | None:
+    """The name of the family serving ``path`` (per ``paths``), or ``None``.
+
+    >>> family_for_path("/v1/models/gemini-2.5-pro:streamGenerateContent")
+    'gemini'
+    """
+    route = family_route(path, paths)
+    return None if route is None else paths[route]
