@@ -377,7 +377,7 @@ class FakeFamilies:
             await _json(send, 200, response([*parts, {"text": text.replace(FOREVER, "")}], True))
             return
 
-        async def chunks() -> AsyncGenerator[dict[str, Any], None]:
+        def chunks() -> Iterator[dict[str, Any]]:
             if thinking:
                 yield response([thought], False)
             for piece in _text_pieces(text):
@@ -387,7 +387,7 @@ class FakeFamilies:
         if b"alt=sse" in query:
 
             async def events() -> AsyncGenerator[bytes, None]:
-                async for item in chunks():
+                for item in chunks():
                     yield b"data: " + _google_json(item) + b"\r\n\r\n"
 
             await self._stream(send, b"text/event-stream", events())
@@ -395,7 +395,7 @@ class FakeFamilies:
 
         async def array() -> AsyncGenerator[bytes, None]:
             first = True
-            async for item in chunks():
+            for item in chunks():
                 yield (b"[" if first else b",\r\n") + json.dumps(item, indent=2).encode()
                 first = False
             yield b"]"
