@@ -263,6 +263,8 @@ class FamilyStream:
         max_event_bytes: int | None = None,
     ) -> None:
         self._family = family.fresh()
+        # Whether events are split into pieces: not asked of families that never split.
+        self._splits = type(family).split is not Family.split
         self._automaton = StopAutomaton.from_stops(stops)
         self._n = n
         self._include_stop = bool(include_stop)
@@ -395,7 +397,7 @@ class FamilyStream:
             self._done = True
             self._error = "upstream"
             return raw
-        pieces = family.split(payload)
+        pieces = family.split(payload) if self._splits else None
         if pieces is None:  # the usual event: one text, or none
             out = self._piece(payload)
             if out is None:

@@ -146,10 +146,18 @@ class Gemini(Family):
 
     def split(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
         candidates = payload.get("candidates")
-        if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
+        if type(candidates) is not list or len(candidates) <= 1:
+            # The usual event (one candidate, one part) is tested first, type by type: this
+            # runs on every event (isinstance and helper calls cost a third of the filter).
+            if not candidates or type(candidates) is not list:
+                return None
+            candidate = candidates[0]
+            content = candidate.get("content") if type(candidate) is dict else None
+            parts = content.get("parts") if type(content) is dict else None
+            if type(parts) is not list or len(parts) <= 1:
+                return None
+        if not all(isinstance(c, dict) for c in candidates):
             return None
-        if len(candidates) <= 1 and all(len(_parts(c)) <= 1 for c in candidates):
-            return None  # the usual event: one candidate, one part
         pieces = []
         for position, candidate in enumerate(candidates):
             index = candidate.get("index")
@@ -200,14 +208,26 @@ class Gemini(Family):
         return None
 
     def text(self, payload: dict[str, Any]) -> tuple[int, str | None] | None:
-        candidate = self._candidate(payload)
-        if candidate is None:
+        candidates = payload.get("candidates")
+        if type(candidates) is not list or len(candidates) != 1:
             return None
-        index = candidate.get("index")
-        slot = index if _is_index(index) else 0
-        texts = [part["text"] for part in _parts(candidate) if _is_text(part)]
+        candidate = candidates[0]
+        if type(candidate) is not dict:
+            return None
+        index = candidate.get("index", 0)
+        slot = index if type(index) is int else 0
+        content = candidate.get("content")
+        parts = content.get("parts") if type(content) is dict else None
+        if type(parts) is list and parts:
+            part = parts[0]
+            if len(parts) == 1 and type(part) is dict and not part.get("thought"):
+                text = part.get("text")  # the usual event: one text part
+                return slot, text if type(text) is str else None
+            texts = [part["text"] for part in parts if _is_text(part)]
+            if texts:
+                return slot, "".join(texts)
         # Not text (thoughts, function calls): still the candidate's, dropped after its cut.
-        return slot, "".join(texts) if texts else None
+        return slot, None
 
     def finishes(self, payload: dict[str, Any]) -> bool:
         candidate = self._candidate(payload)
