@@ -320,3 +320,17 @@ def test_paths_are_patterns_of_one_segment() -> None:
     assert family_for_path("/api/chat") == "ollama-chat"
     assert family_route("/v1beta/models/m:generateContent", {"/api/chat": "x"}) is None
     assert isinstance(GEMINI, Gemini)
+
+
+def test_the_handbook_page_runs() -> None:
+    """docs/families/gemini.md's examples, as one doctest (the handbook's own test, once it
+    is merged, runs every page the same way)."""
+    import doctest
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "families" / "gemini.md"
+    test = doctest.DocTestParser().get_doctest(page.read_text("utf-8"), {}, page.name, None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert len(test.examples) > 20
+    assert runner.failures == 0
