@@ -189,8 +189,9 @@ class Gemini(Family):
                     merged[index] = dict(candidate)
                     continue
                 parts = _parts(into) + _parts(candidate)
+                content = {**(into.get("content") or {}), **(candidate.get("content") or {})}
                 into.update(candidate)
-                into["content"] = {**candidate.get("content", {}), "parts": parts}
+                into["content"] = {**content, "parts": parts}
         if not merged:
             return []
         candidates = []

@@ -8,11 +8,14 @@ one byte at a time, with the same result.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamstop import StopAutomaton
 from streamstop._families import FAMILIES, FAMILY_PATHS, family_for_path, family_route
@@ -334,3 +337,47 @@ def test_the_handbook_page_runs() -> None:
     runner.run(test)
     assert len(test.examples) > 20
     assert runner.failures == 0
+
+
+# -- against a reference ----------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    texts_=st.lists(st.text(alphabet="ab<>/s", max_size=20), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_any_candidates_parts_and_splits_give_the_reference_cut(
+    texts_: list[str], data: st.DataObject
+) -> None:
+    """Candidates whose texts come in pieces of any size, several parts to an event at times,
+    with thoughts between them: each candidate reads its text cut at its first stop."""
+    stops = ["</s>", "<>"]
+    queues = []
+    for text_ in texts_:
+        bounds = data.draw(st.lists(st.integers(0, len(text_)), max_size=5))
+        cuts = sorted({0, len(text_), *bounds})
+        queues.append([text_[a:b] for a, b in itertools.pairwise(cuts) if b > a])
+    events = []
+    while any(queues):
+        candidates = []
+        for index, queue in enumerate(queues):
+            take = data.draw(st.integers(0, min(2, len(queue))))
+            parts: list[dict[str, Any]] = [text(queue.pop(0)) for _ in range(take)]
+            if data.draw(st.booleans()):
+                parts.insert(data.draw(st.integers(0, len(parts))), thought("</s><>"))
+            if parts:
+                candidates.append(candidate(index, *parts))
+        if candidates:
+            events.append(chunk(*candidates))
+    events.append(chunk(*(candidate(i, text(""), finishReason="STOP") for i in range(len(texts_)))))
+    payloads, stream = run(sse(events), stops, n=len(texts_))
+    expected = {}
+    for index, text_ in enumerate(texts_):
+        found = [at for at in (text_.find(stop) for stop in stops) if at >= 0]
+        expected[index] = text_[: min(found)] if found else text_
+    got = texts(payloads)
+    assert {i: got.get(i, "") for i in expected} == expected
+    assert stream.done
+    ends = [c["index"] for p in payloads for c in p["candidates"] if c.get("finishReason")]
+    assert sorted(ends) == list(range(len(texts_)))  # each candidate ends once
