@@ -342,8 +342,9 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--route",
         action="append",
         metavar="PATH",
-        help="forward only these paths, e.g. /v1/chat/completions (repeat; default: all of /v1 "
-        "and the other APIs' paths)",
+        help="forward only these paths, e.g. /v1/chat/completions or Gemini's pattern "
+        "'/v1beta/models/{model}:streamGenerateContent' (repeat; default: all of /v1 and the "
+        "other APIs' paths)",
     )
     proxy.add_argument(
         "--forward-other-paths",
