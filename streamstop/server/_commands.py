@@ -309,8 +309,9 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "proxy",
         help=SERVER_COMMANDS["proxy"],
         description="Forward the OpenAI API (/v1/...), Anthropic's /v1/messages, Ollama's "
-        "/api/chat and /api/generate, llama.cpp's /completion and TGI's /generate and "
-        "/generate_stream to UPSTREAM, streaming, and apply the requests' stops here: any "
+        "/api/chat and /api/generate, llama.cpp's /completion, TGI's /generate and "
+        "/generate_stream and Gemini's /v1beta/models/{model}:streamGenerateContent and "
+        ":generateContent to UPSTREAM, streaming, and apply the requests' stops here: any "
         "number of them, none leaking, the upstream closed as soon as every choice is cut. "
         "Every flag can also be set by the environment variable named after it in brackets; "
         "a flag given beats its variable. Needs the server extra: "
