@@ -231,8 +231,11 @@ class Gemini(Family):
         return slot, None
 
     def finishes(self, payload: dict[str, Any]) -> bool:
-        candidate = self._candidate(payload)
-        return candidate is not None and bool(candidate.get("finishReason"))
+        candidates = payload.get("candidates")  # tested inline: asked of every event
+        if type(candidates) is not list or len(candidates) != 1:
+            return False
+        candidate = candidates[0]
+        return type(candidate) is dict and bool(candidate.get("finishReason"))
 
     def with_text(self, payload: dict[str, Any], text: str) -> dict[str, Any]:
         candidate = self._candidate(payload)
