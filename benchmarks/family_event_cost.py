@@ -96,6 +96,28 @@ def _frames(family: str, count: int) -> tuple[str, dict[str, Any], bytes, list[b
             for i in range(count)
         ]
         return "/v1/responses", body, b"text/event-stream", frames
+    if family == "gemini":
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": "p"}]}],
+            "generationConfig": {"stopSequences": STOPS},
+        }
+        frames = [
+            b"data: "
+            + json.dumps(
+                {
+                    "candidates": [
+                        {"content": {"parts": [{"text": f" tok{i}"}], "role": "model"}, "index": 0}
+                    ],
+                    "usageMetadata": {"promptTokenCount": 4, "totalTokenCount": 4},
+                    "modelVersion": "gemini-2.5-flash",
+                    "responseId": "r",
+                },
+                separators=(",", ": "),
+            ).encode()
+            + b"\r\n\r\n"
+            for i in range(count)
+        ]
+        return "/v1beta/models/m:streamGenerateContent", body, b"text/event-stream", frames
     body = {"inputs": "p", "parameters": {"stop": STOPS}}
     frames = [
         b"data:"
@@ -153,7 +175,15 @@ async def _once(middleware: Callable[..., Any], family: str, count: int) -> floa
     async def send(message: dict[str, Any]) -> None:
         pass
 
-    scope = {"type": "http", "method": "POST", "path": path, "headers": []}
+    path, _, query = path.partition("?")
+    query = query or ("alt=sse" if path.endswith(":streamGenerateContent") else "")
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "query_string": query.encode(),
+        "headers": [],
+    }
     start = time.perf_counter()
     await middleware(app)(scope, receive, send)
     return (time.perf_counter() - start) / count
@@ -167,7 +197,7 @@ def main() -> None:
     args = parser.parse_args()
     current = _load(None)
     baseline = _load(args.baseline) if args.baseline else None
-    families = ["openai", "anthropic", "ollama", "llama.cpp", "tgi", "responses"]
+    families = ["openai", "anthropic", "ollama", "llama.cpp", "tgi", "responses", "gemini"]
     best: dict[str, float] = {}
     for _ in range(args.rounds):
         for family in families:

@@ -15,10 +15,17 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   llama.cpp     ``/completion[s]``      ``stop``              ``content``
   tgi           ``/generate[_stream]``  ``parameters.stop``   ``token.text``
   responses     ``/v1/responses``       ``stop``              ``output_text`` of messages
+  gemini        ``/v1beta/models/{model}:[stream]generateContent``: ``generationConfig.
+                stopSequences``, ``candidates[].content.parts[].text`` (:mod:`._family_gemini`)
   ============  ======================  ====================  ============================
 
   (The Responses API's adapter lives in :mod:`._family_responses`: its cut rebuilds the
   response, so it keeps more state than these.)
+
+- :data:`FAMILY_PATHS` maps each path to its family; a key holding ``{model}`` is a pattern,
+  ``{model}`` standing for one path segment without ``:`` (Gemini names the model in the
+  path). :func:`family_route` finds the key a path is (the proxy's routing, the middleware's,
+  the metrics' route label: a pattern, never the model, so labels stay bounded).
 
 - :class:`~streamstop._family.FamilyStream` (in :mod:`._family`) is the core they all share:
   it asks the adapter only the questions above.
@@ -37,10 +44,14 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ._automaton import StopAutomaton
 from ._family import Family, cut_each, cut_text, server_error
+from ._family_gemini import Gemini
 from ._family_responses import Responses
 from ._sse import encode_event
 
@@ -53,6 +64,8 @@ __all__ = [
     "LlamaCpp",
     "OllamaChat",
     "OllamaGenerate",
+    "family_for_path",
+    "family_route",
 ]
 
 
@@ -382,7 +395,15 @@ class TGI(Family):
 
 FAMILIES: dict[str, Family] = {
     family.name: family
-    for family in (Anthropic(), OllamaChat(), OllamaGenerate(), LlamaCpp(), TGI(), Responses())
+    for family in (
+        Anthropic(),
+        OllamaChat(),
+        OllamaGenerate(),
+        LlamaCpp(),
+        TGI(),
+        Responses(),
+        Gemini(),
+    )
 }
 
 # The native paths of each family, as an upstream serves them.
@@ -397,8 +418,55 @@ FAMILY_PATHS: dict[str, str] = {
     "/generate": "tgi",
     "/generate_stream": "tgi",
     "/v1/responses": "responses",  # OpenAI's Responses API: it has no stop parameter of its own
+    # Gemini's Developer API: v1beta (the SDKs' default), v1 (stable), tuned models.
+    **{
+        f"/{base}/{{model}}:{method}": "gemini"
+        for base in ("v1beta/models", "v1/models", "v1beta/tunedModels")
+        for method in ("generateContent", "streamGenerateContent")
+    },
 }
 
 # Paths that serve the OpenAI API without its /v1, and their /v1 twin: llama.cpp routes
 # /chat/completions to the handler of /v1/chat/completions (tools/server/server.cpp).
 OPENAI_ALIASES: dict[str, str] = {"/chat/completions": "/v1/chat/completions"}
+
+
+@functools.lru_cache(maxsize=16)
+def _patterns(keys: tuple[str, ...]) -> tuple[re.Pattern[str], tuple[str, ...]] | None:
+    patterns = tuple(key for key in keys if "{model}" in key)
+    if not patterns:
+        return None
+    alternatives = (
+        "(" + re.escape(key).replace(re.escape("{model}"), "[^/:]+") + ")" for key in patterns
+    )
+    return re.compile("|".join(alternatives)), patterns
+
+
+def family_route(path: str, paths: Mapping[str, object] = FAMILY_PATHS) -> str | None:
+    """The key of ``paths`` that ``path`` is: itself, or the pattern it matches; else ``None``.
+
+    >>> family_route("/api/chat"), family_route("/v1beta/models/gemini-2.5-flash:generateContent")
+    ('/api/chat', '/v1beta/models/{model}:generateContent')
+    >>> family_route("/v1beta/models/a/b:generateContent") is None
+    True
+    """
+    if path in paths:
+        return path
+    if ":" not in path:
+        return None  # no pattern matches: each has a ":method"
+    compiled = _patterns(tuple(paths))
+    if compiled is None:
+        return None
+    regex, patterns = compiled
+    match = regex.fullmatch(path)
+    return None if match is None else patterns[(match.lastindex or 1) - 1]
+
+
+def family_for_path(path: str, paths: Mapping[str, str] = FAMILY_PATHS) -> str | None:
+    """The name of the family serving ``path`` (per ``paths``), or ``None``.
+
+    >>> family_for_path("/v1/models/gemini-2.5-pro:streamGenerateContent")
+    'gemini'
+    """
+    route = family_route(path, paths)
+    return None if route is None else paths[route]

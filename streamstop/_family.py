@@ -9,6 +9,10 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   cut is written, and how a whole (non-streaming) response is cut. Nothing else differs between
   APIs: adding one is an adapter and a row of the shared table of cases
   (``tests/server/test_families.py``).
+- An event may carry the text of several slots, or several texts (Gemini's candidates and
+  parts): the adapter's :meth:`Family.split` makes it pieces of one text each, the core filters
+  them one by one, and :meth:`Family.join` makes what comes out one event again. An event that
+  no piece changed passes byte for byte all the same.
 - :class:`FamilyStream` is the core: it frames (SSE or NDJSON), parses each JSON payload once,
   keeps one :class:`~streamstop.StopBuffer` per slot and asks the adapter only the questions
   above. An unchanged event passes byte for byte; a rewritten one is re-encoded.
@@ -183,6 +187,16 @@ class Family:
         """The events ending ``slot`` after a stop: ``text`` is what is left of the event's."""
         raise NotImplementedError
 
+    def split(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The event as pieces of one slot's text each, if it carries several (``None``: it is
+        one piece, the usual case). A family that splits does not track text (``on_sent``)."""
+        return None
+
+    def join(self, payload: dict[str, Any], pieces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The events to send for a split ``payload``, given what the core made of its pieces
+        (in order; a piece dropped after its slot's cut is missing)."""
+        return pieces
+
     def ends_all(self) -> bool:
         """Whether a cut of one slot ends the whole response (a single output)."""
         return True
@@ -201,6 +215,7 @@ class Family:
         return encode_event(payload)
 
     def error_payload(self, message: str, code: str) -> dict[str, Any]:
+        """The last frame of a stream that failed (``code``: ``upstream_broken``...)."""
         return server_error(message, code)
 
     def number_after(self, sent: bytes) -> int | None:
@@ -213,6 +228,29 @@ class Family:
         pattern = rb'"' + re.escape(self.sequence_field.encode()) + rb'"\s*:\s*(\d+)'
         numbers = re.findall(pattern, sent)
         return int(numbers[-1]) + 1 if numbers else None
+
+    def error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | int | None = None,
+    ) -> dict[str, Any]:
+        """The body of a request refused (4xx) or failed (5xx) by this layer, or of an upstream
+        error wrapped: OpenAI's error shape unless the family's clients read another one
+        (Gemini's)."""
+        return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+    def refusal(self, request: dict[str, Any], path: str, query: bytes) -> str | None:
+        """Why a request with stops cannot be filtered (a 400 saying so), or ``None``."""
+        return None
+
+    def model(self, request: dict[str, Any], path: str) -> str | None:
+        """The model the request names (for the record and the access log)."""
+        model = request.get("model")
+        return model if isinstance(model, str) else None
 
     # whole responses
     def cut_whole(
@@ -261,6 +299,8 @@ class FamilyStream:
         max_event_bytes: int | None = None,
     ) -> None:
         self._family = family.fresh()
+        # Whether events are split into pieces: not asked of families that never split.
+        self._splits = type(family).split is not Family.split
         self._automaton = StopAutomaton.from_stops(stops)
         self._n = n
         self._include_stop = bool(include_stop)
@@ -406,13 +446,38 @@ class FamilyStream:
         if family.is_error(payload):
             self._done = True
             self._error = "upstream"
-            return raw if self._sequence is None else self._numbered(raw, payload)
+            return self._passed(raw, payload)
+        pieces = family.split(payload) if self._splits else None
+        if pieces is None:  # the usual event: one text, or none
+            out = self._piece(payload)
+            if out is None:
+                if family.tracks_text:
+                    family.on_sent(payload)
+                return self._passed(raw, payload)
+            return self._encode(out)
+        outs: list[dict[str, Any]] = []
+        changed = False
+        for piece in pieces:
+            out = [] if self._done else self._piece(piece)
+            changed = changed or out is not None
+            outs += [piece] if out is None else out
+        if not changed:
+            return self._passed(raw, payload)
+        return self._encode(family.join(payload, outs))
+
+    def _passed(self, raw: bytes, payload: dict[str, Any]) -> bytes:
+        """An event sent as it came (renumbered, for a family whose events are numbered)."""
+        return raw if self._sequence is None else self._numbered(raw, payload)
+
+    def _piece(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The events to send for one piece of text (``None``: the piece as it came)."""
+        family = self._family
         found = family.text(payload)
         if found is None:
-            return raw if self._sequence is None else self._numbered(raw, payload)
+            return None
         slot, text = found
         if slot in self._finished:
-            return b""  # past the end of its slot (cut): dropped
+            return []  # past the end of its slot (cut): dropped
         buffer = self._buffers.get(slot)
         if buffer is None:
             buffer = self._buffers[slot] = StopBuffer(
@@ -428,19 +493,17 @@ class FamilyStream:
                 self._stop_strings[slot] = stop
                 if family.ends_all() or (self._n is not None and len(self._finished) >= self._n):
                     self._done = True
-                return self._encode(family.cut(payload, slot, piece, stop))
+                return family.cut(payload, slot, piece, stop)
         if family.finishes(payload):
             self._finished.add(slot)
             if self._stop_strings and self._n is not None and len(self._finished) >= self._n:
                 self._done = True  # the others were cut: this was the last one
             tail = buffer.flush()
             if tail:
-                return self._encode(family.release(payload, slot, (piece or "") + tail))
+                return family.release(payload, slot, (piece or "") + tail)
         if piece is None or piece == text:
-            if family.tracks_text:
-                family.on_sent(payload)
-            return raw if self._sequence is None else self._numbered(raw, payload)
-        return self._encode([family.with_text(payload, piece)])
+            return None
+        return [family.with_text(payload, piece)]
 
     def _encode(self, payloads: list[dict[str, Any]]) -> bytes:
         family = self._family

@@ -210,6 +210,8 @@ class SSEDecoder:
 
         >>> SSEDecoder().data_line(b'data: {"a":1}\\n\\n')
         b'{"a":1}'
+        >>> SSEDecoder().data_line(b'data: {"a":1}\\r\\n\\r\\n')  # Gemini ends lines with CRLF
+        b'{"a":1}'
         """
         size = len(data)
         if (
@@ -224,6 +226,17 @@ class SSEDecoder:
             and size <= self.usual_limit
         ):
             return data[6:-2]
+        if (
+            # The same read with CRLF line ends (Gemini's): its only CR and LF are the last four.
+            type(data) is bytes
+            and not self._buffer
+            and data.endswith(b"\r\n\r\n")
+            and data.startswith(b"data: ")
+            and data.find(b"\r") == size - 4
+            and data.find(b"\n") == size - 3
+            and size <= self.usual_limit
+        ):
+            return data[6:-4]
         return None
 
     def _scan(self, buffer: bytearray, events: list[RawEvent], start: int, search: int) -> None:

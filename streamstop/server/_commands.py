@@ -314,8 +314,9 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         help=SERVER_COMMANDS["proxy"],
         description="Forward the OpenAI API (/v1/...; /chat/completions too, as llama.cpp "
         "serves it), Anthropic's /v1/messages, Ollama's /api/chat and /api/generate, "
-        "llama.cpp's /completion and /completions, and TGI's /generate and "
-        "/generate_stream to UPSTREAM, streaming, and apply the requests' stops here: any "
+        "llama.cpp's /completion and /completions, TGI's /generate and /generate_stream and "
+        "Gemini's /v1beta/models/{model}:streamGenerateContent and :generateContent to "
+        "UPSTREAM, streaming, and apply the requests' stops here: any "
         "number of them, none leaking, the upstream closed as soon as every choice is cut. "
         "Every flag can also be set by the environment variable named after it in brackets; "
         "a flag given beats its variable. Needs the server extra: "
@@ -347,8 +348,9 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--route",
         action="append",
         metavar="PATH",
-        help="forward only these paths, e.g. /v1/chat/completions (repeat; default: all of /v1 "
-        "and the other APIs' paths)",
+        help="forward only these paths, e.g. /v1/chat/completions or Gemini's pattern "
+        "'/v1beta/models/{model}:streamGenerateContent' (repeat; default: all of /v1 and the "
+        "other APIs' paths)",
     )
     proxy.add_argument(
         "--forward-other-paths",

@@ -36,9 +36,11 @@ Rules of this module (the life cycle of one request lives here; the filtering in
 - A client that disconnects (``http.disconnect``, or ``send`` failing) cancels the app too.
 - The other API families (:mod:`streamstop._families`: Anthropic's ``/v1/messages``, Ollama's
   ``/api/chat`` and ``/api/generate``, llama.cpp's ``/completion``, TGI's ``/generate`` and
-  ``/generate_stream``, OpenAI's Responses API ``/v1/responses``) go through the same life
-  cycle, limits, checks and record: only where the stops are read, how the response is framed
-  (SSE, NDJSON, whole JSON) and how a cut is written differ, and that is the family's adapter.
+  ``/generate_stream``, OpenAI's Responses API ``/v1/responses``, Gemini's
+  ``/v1beta/models/{model}:streamGenerateContent`` and ``:generateContent``) go through the
+  same life cycle, limits, checks and record: only where the stops are read, how the response
+  is framed (SSE, NDJSON, whole JSON), how a cut is written and the shape of an error (Gemini's
+  own; OpenAI's for the others) differ, and that is the family's adapter.
 """
 
 from __future__ import annotations
@@ -55,20 +57,23 @@ import anyio.to_thread
 from .. import _json
 from .._automaton import StopAutomaton
 from .._chunks import cut_response
-from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
+from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
 from .._sse_filter import SSEFilter
 from ._asgi import (
     DISCONNECT_WATCHED,
     ASGIApp,
+    BodyTooLarge,
     Message,
     Receive,
     Scope,
     Send,
     error_payload,
     header,
+    read_body,
     read_body_or_413,
     send_error,
+    send_json,
 )
 from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
@@ -165,7 +170,8 @@ class StopMiddleware:
 
     ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the OpenAI
     endpoints filtered (exact match on the ASGI ``path``); ``family_paths`` maps the other
-    APIs' endpoints to their family (default :data:`DEFAULT_FAMILY_PATHS`; ``{}``: none).
+    APIs' endpoints to their family (default :data:`DEFAULT_FAMILY_PATHS`; ``{}``: none; a key
+    with ``{model}`` is a pattern, ``{model}`` one path segment: Gemini's paths).
     ``limits`` bounds what a request may ask (stops, body, JSON depth) and what the app's
     stream may send (lines, events); the older
     ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
@@ -204,6 +210,13 @@ class StopMiddleware:
     def max_body_size(self) -> int:
         return self.limits.max_body_bytes
 
+    def _family_of(self, path: Any) -> Family | None:
+        family = self.family_paths.get(path)
+        if family is None and isinstance(path, str):
+            route = family_route(path, self.family_paths)  # a pattern: Gemini's {model}
+            family = None if route is None else self.family_paths[route]
+        return family
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
@@ -211,20 +224,26 @@ class StopMiddleware:
         path = scope.get("path")
         family: Family | None = None
         if path not in self.paths:
-            family = self.family_paths.get(path)  # type: ignore[arg-type]
+            family = self._family_of(path)
             if family is None:
                 await self.app(scope, receive, send)
                 return
-        received = await read_body_or_413(receive, send, self.limits.max_body_bytes)
+        if family is None:
+            received = await read_body_or_413(receive, send, self.limits.max_body_bytes)
+        else:
+            received = await _read_family_body(receive, send, self.limits.max_body_bytes, family)
         if received is None:
             return  # the client left before sending its request, or it was too large
+        query = scope.get("query_string", b"")
         try:
             if len(received) > _PARSE_IN_THREAD_BYTES:
-                prepared = await anyio.to_thread.run_sync(self._prepare, received, family, path)
+                prepared = await anyio.to_thread.run_sync(
+                    self._prepare, received, family, path, query
+                )
             else:
-                prepared = self._prepare(received, family, path)
+                prepared = self._prepare(received, family, path, query)
         except InvalidRequest as error:
-            await send_invalid(send, error)
+            await _send_invalid(send, error, family)
             return
         body, stops = prepared.body, prepared.stops
         if body is not received:
@@ -260,13 +279,15 @@ class StopMiddleware:
         )
         await exchange.run(scope, body, receive)
 
-    def _prepare(self, body: bytes, family: Family | None = None, path: Any = None) -> _Prepared:
+    def _prepare(
+        self, body: bytes, family: Family | None = None, path: Any = None, query: bytes = b""
+    ) -> _Prepared:
         """Parse and check the body; what this layer needs of it, and the body the app gets
         (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
         bodies; the parsed request dies here, so a large one is freed in that thread too."""
         request = parse_body(body, self.limits, openai=family is None)
         if family is not None:
-            return self._prepare_family(body, request, family, str(path))
+            return self._prepare_family(body, request, family, str(path), query)
         stops = parse_stops(request, self.limits)
         if "stop" in request and not self.forward_stop:
             del request["stop"]
@@ -285,10 +306,13 @@ class StopMiddleware:
         )
 
     def _prepare_family(
-        self, body: bytes, request: dict[str, Any], family: Family, path: str
+        self, body: bytes, request: dict[str, Any], family: Family, path: str, query: bytes
     ) -> _Prepared:
         param = ".".join(family.stop_path)
         stops = parse_stops({"stop": family.stops_value(request)}, self.limits, param=param)
+        refusal = family.refusal(request, path, query) if stops else None
+        if refusal is not None:
+            raise InvalidRequest(400, refusal, param=param, code="unsupported_stream_format")
         if not self.forward_stop and family.remove_stops(request):
             top = family.stop_path[0]
             cut = (
@@ -297,11 +321,10 @@ class StopMiddleware:
                 else None
             )
             body = cut if cut is not None else _json.dumps(request)
-        model = request.get("model")
         return _Prepared(
             body=body,
             stops=stops,
-            model=model if isinstance(model, str) else None,
+            model=family.model(request, path),
             choices=family.slots(request),
             stream=family.streams(request, path),
             include_usage=False,
@@ -318,6 +341,27 @@ class _Prepared:
     choices: int | None
     stream: bool
     include_usage: bool
+
+
+async def _send_invalid(send: Send, error: InvalidRequest, family: Family | None) -> None:
+    """Answer ``error`` in the shape the family's clients read (OpenAI's by default)."""
+    if family is None:
+        await send_invalid(send, error)
+        return
+    payload = family.error_body(error.status, error.message, param=error.param, code=error.code)
+    await send_json(send, error.status, payload)
+
+
+async def _read_family_body(
+    receive: Receive, send: Send, limit: int, family: Family
+) -> bytes | None:
+    """:func:`read_body_or_413`, the 413 in the family's error shape."""
+    try:
+        return await read_body(receive, limit)
+    except BodyTooLarge as error:
+        message = f"Request body too large: the limit is {error.limit} bytes."
+        await send_json(send, 413, family.error_body(413, message))
+        return None
 
 
 def _replay(body: bytes, then: Receive) -> Receive:
@@ -483,7 +527,13 @@ class _Exchange:
         if self._record is not None:
             self._record.upstream_error = "too_large"
         self._complete = True
-        await send_error(self._downstream, 502, str(error), type="server_error", code=_TOO_LARGE)
+        if self._family is None:
+            await send_error(
+                self._downstream, 502, str(error), type="server_error", code=_TOO_LARGE
+            )
+        else:
+            payload = self._family.error_body(502, str(error), type="server_error", code=_TOO_LARGE)
+            await send_json(self._downstream, 502, payload)
         self._app_scope.cancel()
         await anyio.lowlevel.checkpoint()
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .._families import FAMILY_PATHS, OPENAI_ALIASES
+from .._families import FAMILY_PATHS, OPENAI_ALIASES, family_route
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
@@ -84,9 +84,14 @@ def route_label(path: str) -> str:
 
     >>> route_label("/v1/chat/completions"), route_label("/v1/models/echo"), route_label("/x")
     ('/v1/chat/completions', '/v1/models/{model}', 'other')
+    >>> route_label("/v1beta/models/gemini-2.5-flash:streamGenerateContent")
+    '/v1beta/models/{model}:streamGenerateContent'
     """
     if path in ROUTES:
         return path
+    route = family_route(path)  # Gemini's paths name the model: labelled by their pattern
+    if route is not None:
+        return route
     if path.startswith("/v1/models/") and "/" not in path[len("/v1/models/") :]:
         return "/v1/models/{model}"
     return "other"

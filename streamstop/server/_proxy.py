@@ -8,9 +8,11 @@ backend gets stops of any number, cut without leaks. Rules:
   path on the proxy is that path under the root: ``/v1/chat/completions``, ``/v1/messages``,
   ``/api/chat``, ``/completion``, ``/generate_stream``... The OpenAI API (``/v1/...``, and
   llama.cpp's ``/chat/completions``: :data:`streamstop._families.OPENAI_ALIASES`) and the
-  native paths of the other API families (:data:`streamstop._families.FAMILY_PATHS`) are
-  forwarded; any other path gets a 404 unless ``forward_other=True``, and so do paths outside
-  ``routes`` when an allow-list is given. Every path forwarded passes the same checks:
+  native paths of the other API families (:data:`streamstop._families.FAMILY_PATHS`, where
+  Gemini's are patterns: ``/v1beta/models/{model}:streamGenerateContent``...) are forwarded;
+  any other path gets a 404 unless ``forward_other=True``, and so do paths outside ``routes``
+  (a path, or a family's pattern) when an allow-list is given. Every path forwarded passes the
+  same checks:
 - Only paths that stay under the upstream's root are forwarded: a dot segment (``..``, also as
   ``%2e%2e``), an encoded slash or backslash (``%2f``, ``%5c``), a backslash, a control
   character (CR, LF, NUL...) in the path or the query is a 400, OpenAI-shaped; the path is
@@ -35,6 +37,8 @@ backend gets stops of any number, cut without leaks. Rules:
   timeout a 504, both OpenAI-shaped.
   An upstream error (4xx, 5xx) reaches the client with the same status and an OpenAI-shaped
   body (passed on if it already is one, wrapped if not); an unreachable upstream is a 502.
+  On Gemini's paths every error this proxy writes is in Google's shape instead
+  (``{"error": {"code", "message", "status"}}``: what the google-genai SDK reads).
 - The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the kind
   of upstream fault (``timeout``, ``unreachable``, ``broken``, ``truncated``, ``invalid``,
   ``too_large``, ``status``).
@@ -61,17 +65,18 @@ import anyio
 import anyio.to_thread
 
 from .. import _json
-from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
+from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, LineTooLarge, NDJSONDecoder
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
+    BodyTooLarge,
     Receive,
     Scope,
     Send,
     call_until_disconnect,
     error_payload,
     header,
-    read_body_or_413,
+    read_body,
     send_error,
     send_json,
     serve_lifespan,
@@ -160,8 +165,11 @@ def _snippet(body: bytes, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def upstream_error_payload(status: int, body: bytes) -> dict[str, Any]:
-    """The OpenAI-shaped body for an upstream error response: itself if it already is one."""
+def upstream_error_payload(
+    status: int, body: bytes, family: Family | None = None
+) -> dict[str, Any]:
+    """The body for an upstream error response: itself if it already is an error of the OpenAI
+    shape (or Google's: both have ``error.message``), else wrapped in the family's shape."""
     try:
         parsed = _json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -184,6 +192,8 @@ def upstream_error_payload(status: int, body: bytes) -> dict[str, Any]:
             param = parsed["param"]
     elif body.strip():
         message += f": {_snippet(body)}"
+    if family is not None:
+        return family.error_body(status, message, type=kind, param=param, code=status)
     return error_payload(message, type=kind, param=param, code=status)
 
 
@@ -277,19 +287,18 @@ class ProxyApp:
             return
         path: str = scope.get("path", "")
         query: bytes = scope.get("query_string", b"")
+        route = family_route(path)  # a native path, or the pattern it matches (Gemini's)
+        family = FAMILIES[FAMILY_PATHS[route]] if route is not None else None
         try:
             raw = checked_path(path, scope.get("raw_path"), query)
         except InvalidRequest as error:
-            await send_invalid(send, error)
+            await _send_invalid(send, error, family)
             return
         known = (
-            path == "/v1"
-            or path.startswith("/v1/")
-            or path in FAMILY_PATHS
-            or path in OPENAI_ALIASES
+            path == "/v1" or path.startswith("/v1/") or route is not None or path in OPENAI_ALIASES
         )
         if not (known or self.forward_other) or (
-            self.routes is not None and path not in self.routes
+            self.routes is not None and path not in self.routes and route not in self.routes
         ):
             await send_error(
                 send,
@@ -300,7 +309,12 @@ class ProxyApp:
                 code="unknown_url",
             )
             return
-        body = await read_body_or_413(receive, send, self.limits.max_body_bytes)
+        try:
+            body = await read_body(receive, self.limits.max_body_bytes)
+        except BodyTooLarge as error:
+            message = f"Request body too large: the limit is {error.limit} bytes."
+            await _send_invalid(send, InvalidRequest(413, message), family)
+            return
         if body is None:
             return
         url = self.root + raw.decode("ascii")
@@ -321,10 +335,8 @@ class ProxyApp:
         except ValueError:  # httpx.InvalidURL and header errors: what the checks above missed
             request = None
         if request is None or not self._under_base(request.url):
-            await send_invalid(send, _bad_path(f"Invalid request path: {path!r}."))
+            await _send_invalid(send, _bad_path(f"Invalid request path: {path!r}."), family)
             return
-        name = FAMILY_PATHS.get(path)
-        family = FAMILIES[name] if name is not None else None
         exchange = _Exchange(self, request, body, send, record_of(scope), family, path)
         await call_until_disconnect(receive, lambda: exchange.forward(client), scope)
 
@@ -343,6 +355,15 @@ class ProxyApp:
         return (url.scheme, url.host, url.port) == origin and (
             url.raw_path.split(b"?")[0] + b"/"
         ).startswith(prefix)
+
+
+async def _send_invalid(send: Send, error: InvalidRequest, family: Family | None) -> None:
+    """Answer ``error`` in the shape of the family's clients (OpenAI's by default)."""
+    if family is None:
+        await send_invalid(send, error)
+        return
+    payload = family.error_body(error.status, error.message, param=error.param, code=error.code)
+    await send_json(send, error.status, payload)
 
 
 def _error_event(message: str, code: str) -> bytes:
@@ -394,6 +415,14 @@ class _Exchange:
         self._record = record
         self._kind: str | None = None  # the upstream's fault, if any
 
+    async def _error(self, status: int, message: str, code: str) -> None:
+        """This proxy's own error response (502, 504), in the family's shape."""
+        if self._family is None:
+            await send_error(self._send, status, message, type="server_error", code=code)
+            return
+        payload = self._family.error_body(status, message, type="server_error", code=code)
+        await send_json(self._send, status, payload)
+
     def _fault(self, kind: str) -> None:
         self._kind = kind
         if self._record is not None:
@@ -407,22 +436,18 @@ class _Exchange:
             response = await client.send(self._request, stream=True)
         except httpx.TimeoutException as error:
             self._fault("timeout")
-            await send_error(
-                self._send,
+            await self._error(
                 504,
                 f"The upstream {upstream} did not answer in time: {type(error).__name__}.",
-                type="server_error",
-                code="upstream_timeout",
+                "upstream_timeout",
             )
             return
         except httpx.HTTPError as error:
             self._fault("unreachable")
-            await send_error(
-                self._send,
+            await self._error(
                 502,
                 f"Could not reach the upstream {upstream}: {type(error).__name__}: {error}",
-                type="server_error",
-                code="upstream_unreachable",
+                "upstream_unreachable",
             )
             return
         try:
@@ -438,7 +463,8 @@ class _Exchange:
         if status >= 400:
             self._fault("status")
             body = await self._read(response)
-            payload = upstream_error_payload(status, body if body is not None else b"")
+            body = body if body is not None else b""
+            payload = upstream_error_payload(status, body, self._family)
             await send_json(self._send, status, payload)
             return
         encoded = (header(raw_headers, b"content-encoding") or b"identity").lower() != b"identity"
@@ -548,8 +574,7 @@ class _Exchange:
                 body = None
         if body is None:
             timeout = self._kind == "timeout"
-            await send_error(
-                self._send,
+            await self._error(
                 504 if timeout else 502,
                 f"The upstream {upstream} "
                 + (
@@ -557,8 +582,7 @@ class _Exchange:
                     if timeout
                     else "sent an incomplete, invalid or oversized response."
                 ),
-                type="server_error",
-                code="upstream_timeout" if timeout else "upstream_bad_response",
+                "upstream_timeout" if timeout else "upstream_bad_response",
             )
             return
         headers = [*headers, (b"content-length", str(len(body)).encode())]

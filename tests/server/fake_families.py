@@ -12,7 +12,13 @@ only it has, as tools/server/server-task.cpp writes them; one output per prompt 
 ``event:`` names and numbered events, a reasoning item with its summary before the message,
 deltas with an ``obfuscation`` field, a function call after the message when ``tools`` are given;
 a request with ``stop`` refused with the live API's 400; the fields as in the openai SDK's
-``types/responses``).
+``types/responses``), and Gemini (``/v1beta/models/{model}:generateContent``
+and ``:streamGenerateContent``: with ``?alt=sse`` events of one ``GenerateContentResponse``
+each, lines ended by CRLF, without it one JSON array streamed; candidates with
+``content.role: "model"`` and ``parts``, ``finishReason`` on the last chunk, ``usageMetadata``,
+``modelVersion`` and ``responseId`` on each; thought parts first when
+``thinkingConfig.includeThoughts``; ``candidateCount`` candidates; and, as the real API does,
+more than 5 ``stopSequences`` refused with a 400 ``INVALID_ARGUMENT``, up to 5 applied).
 
 The model echoes the request's text (the last user message, ``prompt`` or ``inputs``) in pieces
 of ``PIECE`` characters and ignores stops, like a backend without them. A text containing
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncGenerator, Callable, Iterator
+import re
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from contextlib import aclosing
 from typing import Any
 
@@ -83,7 +90,7 @@ class FakeFamilies:
         path = scope["path"]
         request = json.loads(body) if body else {}
         self.requests.append((path, request))
-        handler = {
+        handler: Callable[[str, dict[str, Any], Send], Coroutine[Any, Any, None]] | None = {
             "/v1/messages": self._anthropic,
             "/api/chat": self._ollama,
             "/api/generate": self._ollama,
@@ -94,6 +101,8 @@ class FakeFamilies:
             "/generate_stream": self._tgi,
             "/v1/responses": self._responses,
         }.get(path)
+        if handler is None and _GEMINI_PATH.fullmatch(path):
+            handler = self._gemini_handler(scope.get("query_string", b""))
         if handler is None:
             await _json(send, 404, {"error": f"no route {path}", "path": path})
             return
@@ -484,6 +493,99 @@ class FakeFamilies:
             },
         )
 
+    # -- Gemini --------------------------------------------------------------------------------
+
+    def _gemini_handler(
+        self, query: bytes
+    ) -> Callable[[str, dict[str, Any], Send], Coroutine[Any, Any, None]]:
+        async def handle(path: str, request: dict[str, Any], send: Send) -> None:
+            await self._gemini(path, query, request, send)
+
+        return handle
+
+    async def _gemini(self, path: str, query: bytes, request: dict[str, Any], send: Send) -> None:
+        config = request.get("generationConfig") or {}
+        stops = config.get("stopSequences") or []
+        if len(stops) > 5:
+            message = (
+                "* GenerateContentRequest.generation_config.stop_sequences: the number of "
+                "stop_sequences must not exceed 5.\n"
+            )
+            await _google_error(send, 400, message, "INVALID_ARGUMENT")
+            return
+        text = ""
+        for content in reversed(request.get("contents") or []):
+            if content.get("role", "user") == "user":
+                text = "".join(part.get("text", "") for part in content.get("parts", []))
+                break
+        # The real API applies its own (up to 5) stops: the text ends before the first.
+        found = [text.find(stop) for stop in stops if stop in text]
+        if found:
+            text = text[: min(found)]
+        count = int(config.get("candidateCount") or 1)
+        # The SDK sends thinkingConfig's own fields in snake case (it passes that object as it
+        # is); the API, like any proto JSON API, takes both spellings.
+        thinking_config = config.get("thinkingConfig") or {}
+        thinking = True in (
+            thinking_config.get("includeThoughts"),
+            thinking_config.get("include_thoughts"),
+        )
+        model = path.rsplit("/", 1)[1].split(":")[0]
+        usage = {"promptTokenCount": 8, "totalTokenCount": 8}
+        done = {
+            "promptTokenCount": 8,
+            "candidatesTokenCount": len(pieces(text)),
+            "totalTokenCount": 8 + len(pieces(text)),
+        }
+        if thinking:
+            done = {**done, "thoughtsTokenCount": 4}
+
+        def response(parts: list[dict[str, Any]], finish: bool) -> dict[str, Any]:
+            candidates = []
+            for index in range(count):
+                candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
+                if finish:
+                    candidate["finishReason"] = "STOP"
+                candidate["index"] = index
+                candidates.append(candidate)
+            return {
+                "candidates": candidates,
+                "usageMetadata": done if finish else usage,
+                "modelVersion": model,
+                "responseId": "fakeResponseId0",
+            }
+
+        thought = {"text": "**Reading the prompt**\nThe user wants an echo.", "thought": True}
+        if path.endswith(":generateContent"):
+            parts = [thought] if thinking else []
+            await _json(send, 200, response([*parts, {"text": text.replace(FOREVER, "")}], True))
+            return
+
+        def chunks() -> Iterator[dict[str, Any]]:
+            if thinking:
+                yield response([thought], False)
+            for piece in _text_pieces(text):
+                yield response([{"text": piece}], False)
+            yield response([{"text": ""}], True)
+
+        if b"alt=sse" in query:
+
+            async def events() -> AsyncGenerator[bytes, None]:
+                for item in chunks():
+                    yield b"data: " + _google_json(item) + b"\r\n\r\n"
+
+            await self._stream(send, b"text/event-stream", events())
+            return
+
+        async def array() -> AsyncGenerator[bytes, None]:
+            first = True
+            for item in chunks():
+                yield (b"[" if first else b",\r\n") + json.dumps(item, indent=2).encode()
+                first = False
+            yield b"]"
+
+        await self._stream(send, b"application/json; charset=UTF-8", array())
+
 
 OBFUSCATION = "q8XyTz"
 SUMMARY_PART = {
@@ -561,6 +663,31 @@ def _usage(output_tokens: int) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": 20},
         "total_tokens": output_tokens + 32,
     }
+
+
+_GEMINI_PATH = re.compile(r"/v1(?:beta)?/(?:models|tunedModels)/[^/:]+:(?:streamG|g)enerateContent")
+
+
+def _google_json(payload: Any) -> bytes:
+    """JSON as Google's servers write a chunk: a space after each colon, none after commas."""
+    return json.dumps(payload, separators=(",", ": ")).encode()
+
+
+async def _google_error(send: Send, status: int, message: str, code: str) -> None:
+    body = json.dumps(
+        {"error": {"code": status, "message": message, "status": code}}, indent=2
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json; charset=UTF-8"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _text_pieces(text: str) -> Iterator[str]:

@@ -419,7 +419,56 @@ def responses_read(data: bytes) -> Read:
     return read
 
 
+def _gemini_chunk(parts: list[dict[str, Any]], **candidate: Any) -> dict[str, Any]:
+    """A GenerateContentResponse as the API streams it: one candidate, usage on every chunk
+    (the count of candidate tokens only on the last), the model's version, the response's id."""
+    usage: dict[str, Any] = {"promptTokenCount": 4, "totalTokenCount": 4}
+    if candidate.get("finishReason"):
+        usage = {"promptTokenCount": 4, "candidatesTokenCount": 5, "totalTokenCount": 9}
+    return {
+        "candidates": [{"content": {"parts": parts, "role": "model"}, "index": 0, **candidate}],
+        "usageMetadata": usage,
+        "modelVersion": "gemini-2.5-flash",
+        "responseId": "r1",
+    }
+
+
+def _gemini_sse(payloads: Sequence[dict[str, Any]]) -> bytes:
+    # The API ends its lines with CRLF.
+    return b"".join(b"data: " + json.dumps(p).encode() + b"\r\n\r\n" for p in payloads)
+
+
+def gemini_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    chunks = [_gemini_chunk([{"text": part}]) for part in parts]
+    if error:
+        chunks.append({"error": {"code": 500, "message": "x", "status": "INTERNAL"}})
+    elif end:
+        chunks.append(_gemini_chunk([{"text": ""}], finishReason="STOP"))
+    return _gemini_sse(chunks)
+
+
+def gemini_read(data: bytes) -> Read:
+    out = Read("", None, False)
+    for payload in _sse_payloads(data):
+        if "error" in payload:
+            assert set(payload["error"]) >= {"code", "message", "status"}
+            out.error = True
+            continue
+        assert not out.ended, "nothing after the candidate's end"
+        (candidate,) = payload["candidates"]
+        out.text += "".join(
+            part["text"] for part in candidate["content"]["parts"] if not part.get("thought")
+        )
+        if candidate.get("finishReason"):
+            out.ended = True
+            assert candidate["finishReason"] == "STOP"
+            if "candidatesTokenCount" not in payload["usageMetadata"]:  # written by the filter
+                out.stop = "<cut>"
+    return out
+
+
 WRITERS: dict[str, tuple[Callable[..., bytes], Callable[[bytes], Read]]] = {
+    "gemini": (gemini_bytes, gemini_read),
     "anthropic": (anthropic_bytes, anthropic_read),
     "ollama-chat": (_ollama_bytes("message"), _ollama_read("message")),
     "ollama-generate": (_ollama_bytes("response"), _ollama_read("response")),
@@ -801,6 +850,7 @@ def test_module_all_and_doctests() -> None:
 
     import streamstop._families as adapters
     import streamstop._family as core
+    import streamstop._family_gemini as gemini
 
     from ..public_api import public_definitions
 
@@ -810,7 +860,8 @@ def test_module_all_and_doctests() -> None:
         "OPENAI_ALIASES",
     }
     assert set(core.__all__) == public_definitions(core)
-    for module in (adapters, core):
+    assert set(gemini.__all__) == public_definitions(gemini)
+    for module in (adapters, core, gemini):
         assert doctest.testmod(module).failed == 0
 
 

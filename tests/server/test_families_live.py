@@ -3,7 +3,8 @@ speaks each API as its server does (:mod:`tests.server.fake_families`), all on 1
 
 The anthropic SDK (raw events, the streaming helper, whole messages), the ollama client (chat
 and generate, streamed and not), the openai SDK's ``client.responses`` (raw events, the
-streaming helper, whole responses) and the OpenAI Agents SDK read what the proxy writes;
+streaming helper, whole responses), the OpenAI Agents SDK and the google-genai SDK (Gemini's
+streams, thoughts, candidates, whole responses and errors) read what the proxy writes;
 llama.cpp and TGI, which have no client offline, are read with httpx. A text with
 ``[forever]`` never ends on its own: that such a stream ends, and that the fake upstream records
 it ``cancelled``, proves the cut closed the upstream.
@@ -21,6 +22,9 @@ import httpx
 import ollama
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 from openai.types.responses import (
     ResponseContentPartDoneEvent,
     ResponseOutputItemDoneEvent,
@@ -577,3 +581,128 @@ async def test_openai_agents_streamed_run_through_the_proxy(
     assert result.final_output == "Thought: done.\nObservation "
     assert "raw_response_event" in kinds
     ends.wait_cancelled(cancelled + 1)
+
+
+# -- Gemini (the google-genai SDK) -----------------------------------------------------------------
+
+SIX_STOPS = [*STOPS, "<|eot_id|>"]  # more than Gemini's cap of 5
+
+
+@pytest.fixture
+def gemini(proxy: LiveServer) -> Iterator[genai.Client]:
+    client = genai.Client(
+        api_key="test", http_options=genai_types.HttpOptions(base_url=proxy.base_url)
+    )
+    with client:
+        yield client
+
+
+def _config(**options: Any) -> genai_types.GenerateContentConfig:
+    return genai_types.GenerateContentConfig(stop_sequences=SIX_STOPS, **options)
+
+
+def test_gemini_stream_is_cut_and_closes_the_upstream(
+    gemini: genai.Client, ends: Ends, fake: FakeFamilies
+) -> None:
+    cancelled = ends.cancelled()
+    chunks = list(
+        gemini.models.generate_content_stream(
+            model="gemini-2.5-flash",
+            contents=f"Why is the sky blue?<|im_end|>junk {FOREVER}",
+            config=_config(temperature=0),
+        )
+    )
+    assert "".join(chunk.text or "" for chunk in chunks) == "Why is the sky blue?"
+    last = chunks[-1].candidates[0]  # type: ignore[index]
+    assert last.finish_reason == genai_types.FinishReason.STOP
+    assert all(chunk.candidates[0].finish_reason is None for chunk in chunks[:-1])  # type: ignore[index]
+    assert chunks[-1].model_version == "gemini-2.5-flash"
+    assert chunks[-1].response_id == "fakeResponseId0"
+    ends.wait_cancelled(cancelled + 1)
+    path, request = fake.requests[-1]
+    assert path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    assert request["generationConfig"] == {"temperature": 0}  # 6 stops: taken out
+
+
+def test_gemini_thoughts_pass_and_the_answer_is_cut(gemini: genai.Client) -> None:
+    thinking = genai_types.ThinkingConfig(include_thoughts=True)
+    chunks = list(
+        gemini.models.generate_content_stream(
+            model="gemini-2.5-flash",
+            contents="The answer is 42.END Not this.",
+            config=_config(thinking_config=thinking),
+        )
+    )
+    parts = [part for chunk in chunks for part in chunk.candidates[0].content.parts]  # type: ignore[index, union-attr]
+    thoughts = [part.text for part in parts if part.thought]
+    assert thoughts == ["**Reading the prompt**\nThe user wants an echo."]
+    assert "".join(part.text or "" for part in parts if not part.thought) == "The answer is 42."
+    assert chunks[-1].candidates[0].finish_reason == genai_types.FinishReason.STOP  # type: ignore[index]
+
+
+def test_gemini_whole_response_and_several_candidates(gemini: genai.Client) -> None:
+    whole = gemini.models.generate_content(
+        model="gemini-2.5-flash", contents="One. STOP two.", config=_config()
+    )
+    assert whole.text == "One. "
+    assert whole.candidates[0].finish_reason == genai_types.FinishReason.STOP  # type: ignore[index]
+    assert whole.usage_metadata is not None
+    chunks = list(
+        gemini.models.generate_content_stream(
+            model="gemini-2.5-flash", contents="a b </s> c", config=_config(candidate_count=2)
+        )
+    )
+    by_index: dict[int, str] = {}
+    for chunk in chunks:
+        for cand in chunk.candidates or []:
+            text = "".join(part.text or "" for part in cand.content.parts or [])  # type: ignore[union-attr]
+            by_index[cand.index or 0] = by_index.get(cand.index or 0, "") + text
+    assert by_index == {0: "a b ", 1: "a b "}
+
+
+def test_gemini_errors_are_the_sdks_own(
+    gemini: genai.Client, upstream: LiveServer, proxy: LiveServer
+) -> None:
+    # The fake upstream answers 6 stops as the real API does...
+    direct = genai.Client(
+        api_key="test", http_options=genai_types.HttpOptions(base_url=upstream.base_url)
+    )
+    with direct, pytest.raises(genai_errors.ClientError) as refused:
+        direct.models.generate_content(model="gemini-2.5-flash", contents="x", config=_config())
+    assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
+    assert "must not exceed 5" in (refused.value.message or "")
+    # ...and this layer's own refusals are in the same shape.
+    with pytest.raises(genai_errors.ClientError) as over:
+        gemini.models.generate_content(
+            model="gemini-2.5-flash",
+            contents="x",
+            config=genai_types.GenerateContentConfig(stop_sequences=["s"] * 1025),
+        )
+    assert (over.value.code, over.value.status) == (400, "INVALID_ARGUMENT")
+    assert "max_stops=1024" in (over.value.message or "")
+    # A stream asked without alt=sse is one JSON array: refused when it has stops.
+    url = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    body = {"contents": [{"parts": [{"text": "a STOP b"}]}]}
+    with httpx.Client(base_url=proxy.base_url) as client:
+        array = client.post(url, json={**body, "generationConfig": {"stopSequences": ["STOP"]}})
+        plain = client.post(url, json=body)
+    assert array.status_code == 400
+    assert array.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert "?alt=sse" in array.json()["error"]["message"]
+    assert [item["candidates"][0]["content"]["parts"][0]["text"] for item in plain.json()][:2] == [
+        "a S",
+        "TOP",
+    ]  # without stops: the array as the upstream sent it
+
+
+def test_gemini_forward_stop_gets_the_upstreams_400(upstream: LiveServer) -> None:
+    for server in _serve(StopMiddleware(ProxyApp(upstream.url), forward_stop=True)):
+        options = genai_types.HttpOptions(base_url=server.base_url)
+        with genai.Client(api_key="test", http_options=options) as client:
+            with pytest.raises(genai_errors.ClientError) as error:
+                client.models.generate_content(model="m", contents="x", config=_config())
+            assert error.value.status == "INVALID_ARGUMENT"
+            few = client.models.generate_content(
+                model="m", contents="ab STOP", config={"stop_sequences": ["STOP"]}
+            )
+            assert few.text == "ab "

@@ -46,6 +46,12 @@ def _body(
         return "/completion", {"prompt": text, "stream": stream, "stop": stops}
     if family == "responses":
         return "/v1/responses", {"model": "o4-mini", "input": text, "stream": stream, "stop": stops}
+    if family == "gemini":
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/v1beta/models/gemini-2.5-flash:{method}", {
+            "contents": [{"role": "user", "parts": [{"text": text}]}],
+            "generationConfig": {"stopSequences": stops},
+        }
     assert family == "tgi"
     return ("/generate_stream" if stream else "/generate"), {
         "inputs": text,
@@ -53,7 +59,15 @@ def _body(
     }
 
 
-FAMILIES = ["anthropic", "ollama-chat", "ollama-generate", "llama.cpp", "tgi", "responses"]
+FAMILIES = [
+    "anthropic",
+    "ollama-chat",
+    "ollama-generate",
+    "llama.cpp",
+    "tgi",
+    "responses",
+    "gemini",
+]
 PARAMS = {
     "responses": "stop",
     "anthropic": "stop_sequences",
@@ -61,7 +75,25 @@ PARAMS = {
     "ollama-generate": "options.stop",
     "llama.cpp": "stop",
     "tgi": "parameters.stop",
+    "gemini": "generationConfig.stopSequences",
 }
+
+
+def _error_of(family: str, response: httpx.Response) -> tuple[str | None, str | None, str]:
+    """The field at fault, this layer's code and the message of an error response, read from
+    the family's error shape (OpenAI's; Google's for Gemini, as the google-genai SDK reads it)."""
+    error = response.json()["error"]
+    if family != "gemini":
+        return error["param"], error["code"], error["message"]
+    assert error["code"] == response.status_code
+    assert error["status"] == ("INVALID_ARGUMENT" if response.status_code < 500 else "UNAVAILABLE")
+    param = code = None
+    for detail in error.get("details", []):
+        if detail["@type"].endswith("BadRequest"):
+            param = detail["fieldViolations"][0]["field"]
+        elif detail["@type"].endswith("ErrorInfo"):
+            code = detail["reason"].lower()
+    return param, code, error["message"]
 
 
 @asynccontextmanager
@@ -89,6 +121,9 @@ def _text_of(family: str, response: httpx.Response) -> str:
     if family == "responses":
         (message,) = [item for item in body["output"] if item["type"] == "message"]
         return "".join(part["text"] for part in message["content"])
+    if family == "gemini":
+        (candidate,) = body["candidates"]
+        return "".join(part["text"] for part in candidate["content"]["parts"])
     return str(body["generated_text"])
 
 
@@ -139,10 +174,10 @@ async def test_stop_parameters_are_checked_and_named(
         assert response.status_code == 200
         return
     assert response.status_code == 400
-    error = response.json()["error"]
-    assert error["param"] == PARAMS[family]
-    assert PARAMS[family] in error["message"] or code is not None
-    assert error["code"] == code
+    param, error_code, message = _error_of(family, response)
+    assert param == PARAMS[family]
+    assert PARAMS[family] in message or code is not None
+    assert error_code == code
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -160,6 +195,9 @@ async def test_bodies_are_checked_like_openai_ones(family: str) -> None:
     )
     assert large.status == 413
     assert fake.requests == []
+    if family == "gemini":  # in Google's shape, as the bad bodies above
+        assert json.loads(large.body)["error"]["status"] == "INVALID_ARGUMENT"
+        assert malformed.json()["error"]["code"] == 400
 
 
 async def test_a_large_body_is_parsed_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +359,8 @@ def test_the_cli_forwards_other_paths_when_asked(
 async def test_a_client_that_leaves_stops_the_upstream(family: str, how: str) -> None:
     outcomes: list[str] = []
     fake = FakeFamilies(on_stream_end=outcomes.append)
-    path, body = _body(family, ["NEVER"], text="going on [forever]", stream=True)
+    target, body = _body(family, ["NEVER"], text="going on [forever]", stream=True)
+    path, _, query = target.partition("?")
     client = Client(json.dumps(body).encode(), fail_send_after=3 if how == "send fails" else None)
     middleware = StopMiddleware(fake)
 
@@ -336,7 +375,8 @@ async def test_a_client_that_leaves_stops_the_upstream(family: str, how: str) ->
         async with anyio.create_task_group() as group:
             if how == "disconnect":
                 group.start_soon(leave)
-            await middleware(http_scope(path), client.receive, client.send)
+            scope = http_scope(path, query_string=query.encode())
+            await middleware(scope, client.receive, client.send)
     assert outcomes == ["cancelled"]
     assert client.status == 200
 
@@ -544,3 +584,148 @@ def test_number_after_reads_the_last_events_number() -> None:
     assert family.number_after(events[:-40]) == 8  # an escaped one in a string is not it
     assert family.number_after(b"") is None
     assert ADAPTERS["anthropic"].number_after(events) is None
+
+
+# -- Gemini: patterns for paths, Google's error shape --------------------------------------------
+
+GEMINI_STREAM = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+
+
+def test_metrics_label_gemini_routes_by_pattern_not_model() -> None:
+    for model in ("gemini-2.5-flash", "gemini-2.5-pro", "x" * 200):
+        assert route_label(f"/v1beta/models/{model}:streamGenerateContent") == (
+            "/v1beta/models/{model}:streamGenerateContent"
+        )
+    assert route_label("/v1/models/m:generateContent") == "/v1/models/{model}:generateContent"
+    assert route_label("/v1/models/m") == "/v1/models/{model}"  # OpenAI's, as before
+    assert route_label("/v1beta/models/m:countTokens") == "other"
+
+
+async def test_family_paths_take_patterns() -> None:
+    only_whole = {"/v1beta/models/{model}:generateContent": "gemini"}
+    path, body = _body("gemini", ["STOP"])
+    async with served(family_paths=only_whole) as (client, app, fake):
+        whole = await client.post(path, json=body)
+        stream_path, stream_body = _body("gemini", ["STOP"], stream=True)
+        streamed = await client.post(stream_path, json=stream_body)
+    assert _text_of("gemini", whole) == "a "
+    assert app.record.model == "gemini-2.5-flash"
+    # Not a filtered path here: the upstream got the stops and cut with them itself.
+    assert fake.requests[-1][1]["generationConfig"] == {"stopSequences": ["STOP"]}
+    assert b'"text": "a "' in streamed.content
+
+
+def _gemini_event(text: str) -> bytes:
+    chunk = {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n"
+
+
+def _last_error(body: bytes) -> dict[str, Any]:
+    last = body.decode().strip().split("\r\n\r\n")[-1].split("\n\n")[-1]
+    assert last.startswith("data: ")
+    error: dict[str, Any] = json.loads(last[len("data: ") :])["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [
+        (b'data: {"candid', "UPSTREAM_TRUNCATED"),  # the body ends mid-event
+        (b"data: " + b"x" * 3000, "UPSTREAM_EVENT_TOO_LARGE"),
+    ],
+    ids=["truncated", "too large"],
+)
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_broken_gemini_stream_ends_with_an_error_in_googles_shape(
+    tail: bytes, reason: str, anyio_backend: str
+) -> None:
+    """asyncio only, as test_proxy_faults' oversized event: under trio httpx's own stream
+    iterators, left when the proxy stops reading, are reported by the garbage collector."""
+    events = _gemini_event("Hi ST") + tail
+    answer = _chunked("text/event-stream", events)
+    limits = RequestLimits(max_sse_line_bytes=1000, max_sse_event_bytes=1000)
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url, limits=limits) as (client, app),
+    ):
+        _, body = _body("gemini", ["STOP"], stream=True)
+        response = await client.post(f"http://proxy{GEMINI_STREAM}?alt=sse", json=body)
+    if reason == "UPSTREAM_TRUNCATED":  # "ST" held, then dropped: it may start a stop
+        assert b'"text":"Hi "' in response.content.replace(b": ", b":")
+    error = _last_error(response.content)
+    assert (error["code"], error["status"]) == (502, "UNAVAILABLE")
+    assert error["details"][-1]["reason"] in (reason, "UPSTREAM_BROKEN")
+    assert app.record.upstream_error in ("truncated", "too_large", "broken")
+
+
+async def test_the_proxys_own_errors_on_gemini_paths_are_in_googles_shape() -> None:
+    html = http_response("503 Service Unavailable", "text/html", b"<h1>down</h1>")
+    async with raw_upstream(lambda _: html) as upstream, proxied(upstream.url) as (client, _):
+        _, body = _body("gemini", ["STOP"])
+        wrapped = await client.post("http://proxy/v1beta/models/m:generateContent", json=body)
+        openai = await client.post("http://proxy/v1/chat/completions", json={"messages": []})
+    assert wrapped.status_code == 503
+    assert wrapped.json() == {
+        "error": {
+            "code": 503,
+            "message": "The upstream server returned HTTP 503: <h1>down</h1>",
+            "status": "UNAVAILABLE",
+        }
+    }
+    assert openai.json()["error"]["code"] == 503  # OpenAI's shape, as before
+    async with proxied("http://127.0.0.1:1/v1") as (client, _):
+        unreachable = await client.post("http://proxy/v1/models/m:generateContent", json=body)
+    assert unreachable.status_code == 502
+    error = unreachable.json()["error"]
+    assert (error["code"], error["status"]) == (502, "UNAVAILABLE")
+    assert error["details"] == [
+        {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "UPSTREAM_UNREACHABLE",
+            "domain": "streamstop",
+        }
+    ]
+
+
+async def test_the_proxy_routes_gemini_paths_and_their_allow_list_patterns() -> None:
+    answer = http_response("200 OK", "application/json", b'{"candidates":[]}')
+    async with raw_upstream(lambda _: answer) as upstream:
+        async with proxied(upstream.url) as (client, _):
+            known = await client.post(f"http://proxy{GEMINI_STREAM}", json={})
+            other = await client.post("http://proxy/v1beta/models/m:countTokens", json={})
+        routes = ["/v1beta/models/{model}:generateContent"]
+        async with proxied(upstream.url, routes=routes) as (client, _):
+            allowed = await client.post("http://proxy/v1beta/models/m:generateContent", json={})
+            refused = await client.post(f"http://proxy{GEMINI_STREAM}", json={})
+    assert (known.status_code, other.status_code) == (200, 404)
+    assert (allowed.status_code, refused.status_code) == (200, 404)
+    heads = [request.split(b"\r\n", 1)[0] for request in upstream.requests]
+    assert heads == [
+        f"POST {GEMINI_STREAM} HTTP/1.1".encode(),
+        b"POST /v1beta/models/m:generateContent HTTP/1.1",
+    ]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_google_genai_sdk_raises_on_a_broken_upstream(anyio_backend: str) -> None:
+    """asyncio only, as above: the SDK leaves httpx's line iterator to the GC."""
+    from google import genai
+    from google.genai import errors, types
+
+    answer = _chunked("text/event-stream", _gemini_event("ab") + b'data: {"cand')
+    async with raw_upstream(lambda _: answer) as upstream:
+        proxy = ProxyApp(upstream.url)
+        try:
+            transport = httpx.ASGITransport(app=StopMiddleware(proxy))
+            async with httpx.AsyncClient(transport=transport) as http:
+                options = types.HttpOptions(base_url="http://proxy", httpx_async_client=http)
+                client = genai.Client(api_key="k", http_options=options)
+                config = types.GenerateContentConfig(stop_sequences=["STOP"])
+                stream = await client.aio.models.generate_content_stream(
+                    model="m", contents="x", config=config
+                )
+                with pytest.raises(errors.ServerError, match=r"broke off|middle") as error:
+                    await _drain(stream)
+            assert (error.value.code, error.value.status) == (502, "UNAVAILABLE")
+        finally:
+            await proxy.aclose()

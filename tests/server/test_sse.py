@@ -204,11 +204,35 @@ def test_data_line_takes_only_one_event_of_one_data_line(reads: list[bytes], lim
             return  # over the limit: the stream ends here
 
 
+@given(
+    st.lists(sse_bodies.map(lambda body: body.replace(b"\n", b"\r\n") + b"\r\n\r\n"), max_size=6),
+    st.integers(1, 40),
+)
+def test_data_line_takes_only_one_event_of_one_data_line_with_crlf(
+    reads: list[bytes], limit: int
+) -> None:
+    # The same, for reads whose lines end with CRLF, as Gemini's do.
+    quick, plain = SSEDecoder(max_line_bytes=limit), SSEDecoder(max_line_bytes=limit)
+    for read in reads:
+        expected = _events_or_error(plain, [read])
+        value = quick.data_line(read)
+        if value is None:
+            assert _events_or_error(quick, [read]) == expected
+        else:
+            assert expected == [RawEvent(read, (b"data: " + value,))]
+        if expected and not isinstance(expected[-1], RawEvent):
+            return  # over the limit: the stream ends here
+
+
 @pytest.mark.parametrize(
     ("read", "value"),
     [
         (b'data: {"a":1}\n\n', b'{"a":1}'),
         (b"data: a\r\n\n", None),  # CRLF: the scan's
+        (b"data: a\r\n\r\n", b"a"),  # CRLF throughout (Gemini's): the usual read too
+        (b"data: a\rb\r\n\r\n", None),  # a lone CR ends a line: two lines
+        (b"data: a\r\n\r\ndata: b\r\n\r\n", None),  # two events
+        (b"data: a\n\r\n\r\n", None),
         (b"data:a\n\n", None),  # no space: parse_field's
         (b"id: 1\ndata: a\n\n", None),  # two lines
         (b"data: a\n\ndata: b\n\n", None),  # two events
