@@ -873,7 +873,8 @@ def test_a_frame_that_is_not_json_ends_the_stream_in_error(family: str, bytewise
     write, read = WRITERS[family]
     data = write(["ab<", "cd"])
     sse = FAMILIES[family].framing == "sse"
-    separator, broken = (b"\n\n", b"data: {not json\n\n") if sse else (b"\n", b"{not json\n")
+    blank = b"\r\n\r\n" if b"\r\n\r\n" in data else b"\n\n"  # Gemini ends lines with CRLF
+    separator, broken = (blank, b"data: {not json" + blank) if sse else (b"\n", b"{not json\n")
     frames = data.split(separator)
     text_frame = next(i for i, frame in enumerate(frames) if b"ab<" in frame)
     head = separator.join(frames[: text_frame + 1]) + separator
