@@ -450,11 +450,7 @@ class FamilyStream:
         pieces = family.split(payload) if self._splits else None
         if pieces is None:  # the usual event: one text, or none
             out = self._piece(payload)
-            if out is None:
-                if family.tracks_text:
-                    family.on_sent(payload)
-                return self._passed(raw, payload)
-            return self._encode(out)
+            return self._passed(raw, payload) if out is None else self._encode(out)
         outs: list[dict[str, Any]] = []
         changed = False
         for piece in pieces:
@@ -502,6 +498,8 @@ class FamilyStream:
             if tail:
                 return family.release(payload, slot, (piece or "") + tail)
         if piece is None or piece == text:
+            if family.tracks_text:
+                family.on_sent(payload)  # a text sent as it came
             return None
         return [family.with_text(payload, piece)]
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from streamstop._families import FAMILY_PATHS
+from streamstop._families import FAMILY_PATHS, family_for_path
 
 from .conftest import LiveServer
 
@@ -42,10 +42,14 @@ _NATIVE = {
     "{stream}}}",
     "/generate": '{{"inputs":"a{text}b STOP c","parameters":{{"stop":["STOP","{stop}"],'
     '"seed":1}},"x":"{other}"{stream}}}',
+    "/v1beta/models/echo:generateContent": '{{"contents":[{{"role":"user","parts":[{{"text":'
+    '"a{text}b STOP c"}}]}}],"generationConfig":{{"stopSequences":["STOP","{stop}"]}},'
+    '"cachedContent":"{other}"{stream}}}',
 }
 _BODIES = {**_OPENAI, **_NATIVE}
 # Ollama streams unless told not to; TGI streams on its own path.
 _STREAM_FIELD: dict[str, Callable[[bool], str]] = {
+    "/v1beta/models/echo:generateContent": lambda stream: "",  # the path says it
     "/api/chat": lambda stream: "" if stream else ',"stream":false',
     "/api/generate": lambda stream: "" if stream else ',"stream":false',
 }
@@ -53,8 +57,13 @@ _PLACES = ["text", "stop", "other"]
 
 
 def test_every_family_path_is_in_the_table() -> None:
-    # /completions and /generate_stream are the same family as a path of the table.
-    assert set(FAMILY_PATHS) - set(_BODIES) <= {"/completions", "/generate_stream"}
+    # /completions and /generate_stream are the same family as a path of the table, and so
+    # are Gemini's other patterns (v1, tuned models, streamGenerateContent).
+    missing = {path for path in set(FAMILY_PATHS) - set(_BODIES) if "{model}" not in path}
+    assert missing <= {"/completions", "/generate_stream"}
+    assert {FAMILY_PATHS[path] for path in FAMILY_PATHS} <= {
+        family_for_path(path) for path in _BODIES
+    }
 
 
 def _stream_field(stream: bool) -> str:
@@ -68,6 +77,8 @@ def _body(path: str, place: str, stream: bool) -> bytes:
 
 
 def _path(path: str, stream: bool) -> str:
+    if path.endswith(":generateContent") and stream:
+        return path.replace(":generateContent", ":streamGenerateContent?alt=sse")
     return "/generate_stream" if path == "/generate" and stream else path
 
 
