@@ -8,6 +8,7 @@ puts it in front of any OpenAI-compatible server (the ``server`` extra).
 
 from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, StopPatternTimeout
 from ._stream import StopStream, SyncStopStream
 from ._text import split_safe, truncate
 
@@ -17,6 +18,8 @@ __all__ = [
     "StopAutomaton",
     "StopBuffer",
     "StopMatch",
+    "StopPatternTimeout",
+    "StopPatterns",
     "StopStream",
     "Stops",
     "SyncStopStream",

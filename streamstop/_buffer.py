@@ -17,6 +17,11 @@ from typing import TYPE_CHECKING
 
 from ._automaton import PASS_THROUGH, Step, StopAutomaton, Stops
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ._patterns import StopPatterns
+
 __all__ = ["StopBuffer"]
 
 
@@ -51,6 +56,29 @@ class StopBuffer:
     across chunks comes out whole once complete. Invalid bytes follow ``errors`` as in
     :meth:`bytes.decode`: ``"strict"`` (the default) raises :class:`UnicodeDecodeError`,
     ``"replace"`` substitutes U+FFFD.
+
+    ``regex`` adds stops written as patterns (one ``str``, several, or a prebuilt
+    :class:`~streamstop.StopPatterns`; the ``regex`` extra), cut by the same rule: the match
+    that ends first wins, the longest at a tie, and only what could still become a match is
+    held. :attr:`stop_string` is then the matched text and :attr:`stop_pattern` the pattern:
+
+    >>> buffer = StopBuffer("</s>", regex=r"Question \\d{1,3}:")
+    >>> buffer.feed("Done. Question 1"), buffer.held
+    ('Done. ', 'Question 1')
+    >>> buffer.feed("2: next"), buffer.stop_string, buffer.stop_pattern
+    ('', 'Question 12:', 'Question \\\\d{1,3}:')
+
+    Patterns whose matches have no longest length (``a.*b``) are refused unless
+    ``max_match_chars`` bounds them. ``arm_after`` keeps every stop dormant until that marker
+    has appeared, then arms them for the text after it; the marker itself passes through:
+
+    >>> buffer = StopBuffer("Question:", arm_after="</think>")
+    >>> buffer.feed("<think>Question: why?</th"), buffer.held
+    ('<think>Question: why?</th', '')
+    >>> buffer.feed("ink>42. Question: next"), buffer.stop_string
+    ('ink>42. ', 'Question:')
+
+    The semantics, limits and costs: docs/regex-and-gated-stops.md.
     """
 
     __slots__ = (
@@ -72,12 +100,35 @@ class StopBuffer:
 
     at_root: bool
 
+    def __new__(
+        cls,
+        stops: Stops | StopAutomaton,
+        *,
+        include_stop: bool = False,
+        errors: str = "strict",
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
+    ) -> StopBuffer:
+        # With patterns or a marker, the buffer is the subclass that searches them: this class's
+        # per-token path stays the literal stops' alone.
+        if cls is StopBuffer and (
+            regex is not None or arm_after is not None or max_match_chars is not None
+        ):
+            from ._rule_buffer import RuleBuffer
+
+            cls = RuleBuffer
+        return object.__new__(cls)
+
     def __init__(
         self,
         stops: Stops | StopAutomaton,
         *,
         include_stop: bool = False,
         errors: str = "strict",
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._automaton = StopAutomaton.from_stops(stops)
         self._include_stop = bool(include_stop)
@@ -136,6 +187,27 @@ class StopBuffer:
     def stop_string(self) -> str | None:
         """The stop that ended the stream, or ``None``."""
         return self._stop_string
+
+    @property
+    def stop_pattern(self) -> str | None:
+        """The regex stop whose match ended the stream, or ``None`` (no stop, or a literal
+        one)."""
+        return None
+
+    @property
+    def patterns(self) -> StopPatterns | None:
+        """The regex stops, if any."""
+        return None
+
+    @property
+    def arm_after(self) -> str | None:
+        """The marker the stops wait for, if any."""
+        return None
+
+    @property
+    def armed(self) -> bool:
+        """Whether the stops are armed: no ``arm_after``, or its marker has appeared."""
+        return True
 
     @property
     def held(self) -> str:

@@ -1,0 +1,325 @@
+"""Regex stops: patterns compiled for the stream filter, held back exactly as literal stops are.
+
+Rules of this module (everything about matching a pattern in a stream lives here; sans-I/O):
+
+- Syntax: Python's :mod:`re`, checked by the standard library's own parser (so what ``re``
+  refuses is refused, with its message); the patterns run on the ``regex`` package (the
+  ``regex`` extra), whose ``partial=True`` search says where a match could still begin if more
+  text came, and whose ``timeout=`` bounds each search. The ``regex`` package's own additions
+  (``\\p{...}``, ``\\K``, fuzzy matching, version-1 sets) are not ``re`` syntax and are refused.
+- A pattern *matches* ``text[s:e]`` when it matches all of it (``fullmatch``), the text around
+  unseen: a stop is judged by its own text, never by where the stream happened to be cut. So
+  constructs that look outside the match are refused: anchors (``^``, ``$``, ``\\A``, ``\\Z``),
+  word boundaries (``\\b``, ``\\B``), lookarounds; and atomic groups and possessive repeats,
+  under which a longer text can hide a match that a shorter one shows (``(?>aab|a)a`` matches
+  ``"aa"`` but no part of ``"aab"``), so that no search over a window could be exact. A
+  pattern that matches the empty string is refused too: it would stop every stream at once.
+- Every match has a maximum length, the pattern's *width* (``\\d{1,3}``: 3): a pattern without
+  one (``a.*b``) is refused unless ``max_match_chars`` bounds it, and then matches longer than
+  that are not matches. The width bounds the work: each new piece of text is searched together
+  with what is held, and what is held is shorter than the width, so the cost of a token does
+  not grow with the stream.
+- Which match cuts (the same rule as for literal stops): the one that ends first; at a tie, the
+  longest. Patterns ``\\d+\\.`` and ``\\.`` on ``"v1.2."`` cut at ``"1."``, which ends first;
+  ``b|ab`` on ``"xab"`` gives ``"ab"``, the longer of the two that end there.
+- What is held back: from the earliest position where a match could still begin (``regex``'s
+  partial match), never more. With pattern ``\\d{3}-\\d{4}``, ``"call 555-12"`` emits
+  ``"call "`` and holds ``"555-12"``; ``"call 55x"`` holds nothing.
+
+Offsets are half-open, as everywhere: a match ``[start, end)`` covers ``text[start:end]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+# The standard library's own parser (sre_parse before 3.11, and deprecated from then on).
+_NEW = sys.version_info >= (3, 11)
+_parser: Any = importlib.import_module("re._parser" if _NEW else "sre_parse")
+_sre: Any = importlib.import_module("re._constants" if _NEW else "sre_constants")
+
+__all__ = [
+    "DEFAULT_REGEX_TIMEOUT",
+    "StopPatternTimeout",
+    "StopPatterns",
+    "normalize_patterns",
+    "pattern_width",
+]
+
+# Seconds all the searches for one piece of text may take together. An ordinary pattern takes
+# microseconds on a token; only one that backtracks catastrophically (``(a|aa)+b`` on a run of
+# a's) comes near, and this keeps it from stalling an event loop for longer than a slow
+# network read.
+DEFAULT_REGEX_TIMEOUT = 0.05
+
+INSTALL_HINT = (
+    "regex stops need the 'regex' package, in the 'regex' extra: pip install 'streamstop[regex]' "
+    "(from a clone: pip install -e '.[regex]')"
+)
+
+# Constructs that see past the match or commit to a choice (see the module's rules).
+_REFUSED: dict[Any, str] = {
+    _sre.AT: "an anchor or word boundary (^, $, \\A, \\Z, \\b, \\B)",
+    _sre.ASSERT: "a lookaround ((?=...), (?<=...))",
+    _sre.ASSERT_NOT: "a lookaround ((?!...), (?<!...))",
+}
+for _name, _what in (
+    ("ATOMIC_GROUP", "an atomic group ((?>...))"),
+    ("POSSESSIVE_REPEAT", "a possessive repeat (*+, ++, ?+, {m,n}+)"),
+):
+    if hasattr(_sre, _name):
+        _REFUSED[getattr(_sre, _name)] = _what
+
+
+class StopPatternTimeout(TimeoutError):
+    """A regex stop took longer than its time bound on one piece of text: it backtracks
+    catastrophically on this text. The stream cannot be judged and should end in error."""
+
+    def __init__(self, pattern: str, timeout: float) -> None:
+        super().__init__(
+            f"regex stop {pattern!r} took over timeout={timeout}s on one piece of text (it "
+            "backtracks catastrophically): simplify the pattern, or raise the timeout"
+        )
+        self.pattern = pattern
+        self.timeout = timeout
+
+
+def _regex_module() -> Any:
+    try:
+        import regex
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return regex
+
+
+def normalize_patterns(patterns: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The distinct patterns, in first-seen order: ``None`` is none, a ``str`` is one.
+
+    >>> normalize_patterns([r"\\d+", r"\\d+", "x"])
+    ('\\\\d+', 'x')
+    """
+    if patterns is None:
+        return ()
+    if isinstance(patterns, str):
+        patterns = (patterns,)
+    elif isinstance(patterns, (bytes, bytearray, memoryview)):
+        raise TypeError(f"regex must be a str or an iterable of str, not bytes: {patterns!r}")
+    try:
+        items = list(patterns)
+    except TypeError:
+        raise TypeError(
+            f"regex must be None, a str or an iterable of str, not {type(patterns).__name__}: "
+            f"{patterns!r}"
+        ) from None
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"every regex stop must be a str, got {type(item).__name__}: {item!r}")
+    return tuple(dict.fromkeys(items))
+
+
+def _refused(items: Any) -> str | None:
+    """What ``items`` (a parsed pattern's ops) holds that a stop pattern may not, if anything."""
+    stack = [items]
+    while stack:
+        for op, av in stack.pop():
+            what = _REFUSED.get(op)
+            if what is not None:
+                return what
+            if op is _sre.SUBPATTERN:
+                stack.append(av[-1])
+            elif op is _sre.BRANCH:
+                stack.extend(av[1])
+            elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+                stack.append(av[2])
+            elif op is _sre.GROUPREF_EXISTS:
+                stack.extend(branch for branch in av[1:] if branch is not None)
+    return None
+
+
+def pattern_width(pattern: str, max_match_chars: int | None = None) -> int:
+    """The longest text ``pattern`` can match, cut to ``max_match_chars``; ValueError for a
+    pattern a stop cannot be (see the module's rules), naming what to change.
+
+    >>> pattern_width(r"Question \\d{1,3}:")
+    13
+    >>> pattern_width(r"a.*b", max_match_chars=80)
+    80
+    """
+    if not isinstance(pattern, str):
+        raise TypeError(f"a regex stop must be a str, got {type(pattern).__name__}: {pattern!r}")
+    try:
+        with warnings.catch_warnings():  # "possible nested set" and such: not ours to warn of
+            warnings.simplefilter("ignore")
+            parsed = _parser.parse(pattern)
+    except _sre.error as error:
+        raise ValueError(f"regex stop {pattern!r} is not a valid pattern: {error}") from None
+    what = _refused(parsed.data)
+    if what is not None:
+        raise ValueError(
+            f"regex stop {pattern!r} holds {what}: a stop pattern is matched against its own "
+            "text alone, so it cannot test what lies around it (write the characters instead, "
+            "e.g. \\n for the start of a line)"
+        )
+    low, high = (int(bound) for bound in parsed.getwidth())
+    if low == 0:
+        raise ValueError(
+            f"regex stop {pattern!r} matches the empty string, so it would stop every stream "
+            "before its first character"
+        )
+    if high >= _sre.MAXREPEAT:
+        if max_match_chars is None:
+            raise ValueError(
+                f"regex stop {pattern!r} can match text of any length (*, + or {{m,}}), so no "
+                "window is sure to hold a match: bound the repeats ({1,80} for *), or pass "
+                "max_match_chars=N to take matches of at most N characters"
+            )
+        return max_match_chars
+    return high if max_match_chars is None else min(high, max_match_chars)
+
+
+def _checked_max(max_match_chars: object) -> int | None:
+    if max_match_chars is None:
+        return None
+    if not isinstance(max_match_chars, int) or isinstance(max_match_chars, bool):
+        raise TypeError(
+            f"max_match_chars must be None or an int number of characters, got "
+            f"{type(max_match_chars).__name__}: {max_match_chars!r}"
+        )
+    if max_match_chars < 1:
+        raise ValueError(f"max_match_chars must be >= 1 character, got {max_match_chars!r}")
+    return max_match_chars
+
+
+class StopPatterns:
+    """Regex stops compiled once, to share between streams (like :class:`StopAutomaton` for
+    literal stops). Needs the ``regex`` extra.
+
+    >>> patterns = StopPatterns([r"Question \\d+:", r"</tool_call\\s{0,4}>"], max_match_chars=64)
+    >>> patterns.widths
+    (64, 16)
+
+    ``timeout`` is the time, in seconds, that all the searches for one piece of text may take
+    together; past it the search raises :class:`StopPatternTimeout`.
+    """
+
+    __slots__ = ("_engines", "_patterns", "_widths", "max_match_chars", "timeout", "width")
+
+    def __init__(
+        self,
+        patterns: str | Iterable[str],
+        *,
+        max_match_chars: int | None = None,
+        timeout: float = DEFAULT_REGEX_TIMEOUT,
+    ) -> None:
+        self._patterns = normalize_patterns(patterns)
+        self.max_match_chars = _checked_max(max_match_chars)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        self._widths = tuple(pattern_width(item, self.max_match_chars) for item in self._patterns)
+        self.width = max(self._widths, default=0)
+        compiled = []
+        regex: Any = _regex_module() if self._patterns else None
+        for item in self._patterns:
+            try:
+                compiled.append(regex.compile(item, regex.VERSION0))
+            except regex.error as error:  # pragma: no cover - re's parser took it
+                raise ValueError(f"regex stop {item!r} is not a valid pattern: {error}") from None
+        # (compiled, width, pattern) of each: what the searches read.
+        self._engines: tuple[tuple[Any, int, str], ...] = tuple(
+            zip(compiled, self._widths, self._patterns, strict=True)
+        )
+
+    @classmethod
+    def of(
+        cls, patterns: str | Iterable[str] | StopPatterns, max_match_chars: int | None = None
+    ) -> StopPatterns:
+        """``patterns`` itself if it is built already, else :class:`StopPatterns` of it."""
+        if isinstance(patterns, StopPatterns):
+            if max_match_chars is not None and max_match_chars != patterns.max_match_chars:
+                raise ValueError(
+                    f"max_match_chars={max_match_chars!r} given with StopPatterns built with "
+                    f"max_match_chars={patterns.max_match_chars!r}: pass one or the other"
+                )
+            return patterns
+        return cls(patterns, max_match_chars=max_match_chars)
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        return self._patterns
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The longest match of each pattern, in order (see :func:`pattern_width`)."""
+        return self._widths
+
+    def __len__(self) -> int:
+        return len(self._patterns)
+
+    def __repr__(self) -> str:
+        return f"StopPatterns({list(self._patterns)!r}, max_match_chars={self.max_match_chars!r})"
+
+    def _left(self, deadline: float, pattern: str) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StopPatternTimeout(pattern, self.timeout)
+        return left
+
+    def earliest(
+        self, text: str, old: int, limit: int, deadline: float
+    ) -> tuple[int, int, str] | None:
+        """The match that ends first (the longest at that end) among those that end in
+        ``(old, limit]``: ``(start, end, pattern)``, or ``None``.
+
+        Given (what the buffer ensures) that no match lies wholly in ``text[:old]``.
+        """
+        best: tuple[int, int, str] | None = None
+        for compiled, width, pattern in self._engines:
+            low = max(0, old - width + 1)
+            search = compiled.search
+            try:
+                if search(text, low, limit, timeout=self._left(deadline, pattern)) is None:
+                    continue  # the usual answer: no match at all, of any length
+                # Some match: the one that ends first. A search over [end - width, end) finds
+                # one only if a match of at most ``width`` ends there (one that ended before
+                # would have been found at its own end).
+                for end in range(old + 1, limit + 1):
+                    start = max(low, end - width)
+                    if search(text, start, end, timeout=self._left(deadline, pattern)):
+                        break
+                else:
+                    continue  # only matches longer than max_match_chars: none
+                fullmatch = compiled.fullmatch
+                while not fullmatch(text, start, end, timeout=self._left(deadline, pattern)):
+                    start += 1  # the longest: the first start that matches to ``end``
+            except TimeoutError:
+                raise StopPatternTimeout(pattern, self.timeout) from None
+            if best is None or (end, start) < (best[1], best[0]):
+                best = (start, end, pattern)
+                limit = end
+        return best
+
+    def hold_start(self, text: str, deadline: float) -> int:
+        """The earliest offset of ``text`` where a match could still begin if more text came
+        (``len(text)`` if none), given that no match lies wholly in ``text``."""
+        length = len(text)
+        hold = length
+        for compiled, width, pattern in self._engines:
+            try:
+                found = compiled.search(
+                    text,
+                    max(0, length - width + 1),
+                    length,
+                    partial=True,
+                    timeout=self._left(deadline, pattern),
+                )
+            except TimeoutError:
+                raise StopPatternTimeout(pattern, self.timeout) from None
+            if found is not None and found.start() < hold:
+                hold = found.start()
+        return hold
