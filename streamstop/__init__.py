@@ -10,7 +10,7 @@ from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
 from ._patterns import StopPatterns, StopPatternTimeout
 from ._stream import StopStream, SyncStopStream
-from ._text import split_safe, truncate
+from ._text import find_stop, split_safe, truncate
 
 __all__ = [
     "PASS_THROUGH",
@@ -23,6 +23,7 @@ __all__ = [
     "StopStream",
     "Stops",
     "SyncStopStream",
+    "find_stop",
     "split_safe",
     "truncate",
 ]

@@ -127,13 +127,20 @@ _NO_MEMO: dict[str, Step] = {}
 _NO_LOOKUP = _NO_MEMO.get
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class StopMatch:
-    """A completed stop in some text: ``text[start:end] == stop``."""
+    """A completed stop in some text: ``text[start:end] == stop``; ``pattern`` is the regex stop
+    that matched it (``None`` for a literal stop)."""
 
     start: int
     end: int
     stop: str
+    pattern: str | None = None
+
+    def __repr__(self) -> str:
+        # The pattern only when there is one: a literal stop's match reads as it always did.
+        pattern = "" if self.pattern is None else f", pattern={self.pattern!r}"
+        return f"StopMatch(start={self.start!r}, end={self.end!r}, stop={self.stop!r}{pattern})"
 
 
 def normalize_stops(stops: Stops) -> tuple[str, ...]:

@@ -33,12 +33,14 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, checked_rules
+from ._text import find_stop
 
 __all__ = [
     "NOT_USUAL",
@@ -154,6 +156,7 @@ class ChunkFilter(Generic[ChunkT]):
     """
 
     __slots__ = (
+        "_arm_after",
         "_automaton",
         "_buffers",
         "_done",
@@ -162,6 +165,8 @@ class ChunkFilter(Generic[ChunkT]):
         "_include_stop",
         "_live",
         "_n",
+        "_patterns",
+        "_stop_patterns",
         "_stop_strings",
         "_templates",
     )
@@ -172,8 +177,14 @@ class ChunkFilter(Generic[ChunkT]):
         *,
         n: int | None = None,
         include_stop: bool = False,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._automaton = StopAutomaton.from_stops(stops)
+        # Regex stops and the marker: StopBuffer's (built once here for every choice).
+        self._patterns, self._arm_after = checked_rules(regex, max_match_chars, arm_after)
+        self._stop_patterns: dict[int, str] = {}
         self._n = check_n(n)
         self._include_stop = bool(include_stop)
         self._buffers: dict[int, StopBuffer] = {}
@@ -206,6 +217,12 @@ class ChunkFilter(Generic[ChunkT]):
     def stop_strings(self) -> dict[int, str]:
         """The stop that cut each choice, by choice index (choices not cut are absent)."""
         return dict(self._stop_strings)
+
+    @property
+    def stop_patterns(self) -> dict[int, str]:
+        """The regex stop that cut each choice so cut, by choice index (its match is in
+        :attr:`stop_strings`)."""
+        return dict(self._stop_patterns)
 
     @property
     def finished(self) -> frozenset[int]:
@@ -329,7 +346,10 @@ class ChunkFilter(Generic[ChunkT]):
         buffer = self._buffers.get(index)
         if buffer is None:
             buffer = self._buffers[index] = self._live[index] = StopBuffer(
-                self._automaton, include_stop=self._include_stop
+                self._automaton,
+                include_stop=self._include_stop,
+                regex=self._patterns,
+                arm_after=self._arm_after,
             )
         self._templates[index] = (chunk, choice)
         delta, text, finish_reason = _choice_fields(choice)
@@ -351,6 +371,8 @@ class ChunkFilter(Generic[ChunkT]):
         """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
         if piece is not None and buffer.stopped:
             stop = buffer.stop_string or ""
+            if buffer.stop_pattern is not None:
+                self._stop_patterns[index] = buffer.stop_pattern
             self._finish(index, stop)
             return self._rewrite(choice, delta, piece, "stop", stop)
         if finish_reason is not None:
@@ -433,14 +455,29 @@ def truncate_response(
 
 
 def cut_response(
-    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+    response: Mapping[str, Any],
+    stops: Stops | StopAutomaton,
+    *,
+    include_stop: bool = False,
+    regex: str | Iterable[str] | StopPatterns | None = None,
+    max_match_chars: int | None = None,
+    arm_after: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order.
+    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order
+    (for a regex stop, the text it matched). ``regex``, ``max_match_chars`` and ``arm_after``
+    are :class:`~streamstop.StopBuffer`'s.
 
     >>> cut_response({"choices": [{"index": 0, "text": "a.b"}, {"text": "c"}]}, ".")[1]
     ['.']
     """
     automaton = StopAutomaton.from_stops(stops)
+    find: Callable[[str], Any] = automaton.find
+    if regex is not None or arm_after is not None or max_match_chars is not None:
+        patterns, marker = checked_rules(regex, max_match_chars, arm_after)
+
+        def find(text: str) -> Any:
+            return find_stop(text, automaton, regex=patterns, arm_after=marker)
+
     choices = response.get("choices")
     if not isinstance(choices, list):
         return dict(response), []
@@ -452,7 +489,7 @@ def cut_response(
             continue
         message = choice.get("message")
         text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
-        match = automaton.find(text) if isinstance(text, str) else None
+        match = find(text) if isinstance(text, str) else None
         if match is not None:
             fired.append(match.stop)
             cut = str(text)[: match.end if include_stop else match.start]

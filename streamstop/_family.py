@@ -29,12 +29,13 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, checked_rules
 from ._sse import (
     SSEDecoder,
     SSEFrameTooLarge,
@@ -259,9 +260,14 @@ class FamilyStream:
         include_stop: bool = False,
         max_line_bytes: int | None = None,
         max_event_bytes: int | None = None,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._family = family.fresh()
         self._automaton = StopAutomaton.from_stops(stops)
+        # Regex stops and the marker: StopBuffer's (built once here for every slot).
+        self._patterns, self._arm_after = checked_rules(regex, max_match_chars, arm_after)
         self._n = n
         self._include_stop = bool(include_stop)
         self._sse = (
@@ -416,7 +422,10 @@ class FamilyStream:
         buffer = self._buffers.get(slot)
         if buffer is None:
             buffer = self._buffers[slot] = StopBuffer(
-                self._automaton, include_stop=self._include_stop
+                self._automaton,
+                include_stop=self._include_stop,
+                regex=self._patterns,
+                arm_after=self._arm_after,
             )
         piece: str | None = None
         if isinstance(text, str) and text:

@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_REGEX_TIMEOUT",
     "StopPatternTimeout",
     "StopPatterns",
+    "checked_rules",
     "normalize_patterns",
     "pattern_width",
 ]
@@ -193,6 +194,27 @@ def _checked_max(max_match_chars: object) -> int | None:
     if max_match_chars < 1:
         raise ValueError(f"max_match_chars must be >= 1 character, got {max_match_chars!r}")
     return max_match_chars
+
+
+def checked_rules(
+    regex: str | Iterable[str] | StopPatterns | None,
+    max_match_chars: int | None,
+    arm_after: str | None,
+) -> tuple[StopPatterns | None, str | None]:
+    """``regex`` built (``None`` if there are no patterns) and ``arm_after`` checked (``None``
+    if empty): for the filters that make a buffer per choice, so that errors come at once."""
+    if arm_after is not None and not isinstance(arm_after, str):
+        raise TypeError(
+            f"arm_after must be None or a str, got {type(arm_after).__name__}: {arm_after!r}"
+        )
+    if regex is None:
+        if max_match_chars is not None:
+            raise ValueError(
+                f"max_match_chars={max_match_chars!r} bounds regex stops, and regex is None"
+            )
+        return None, arm_after or None
+    patterns = StopPatterns.of(regex, max_match_chars)
+    return (patterns if len(patterns) else None), arm_after or None
 
 
 class StopPatterns:

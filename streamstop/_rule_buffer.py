@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
-from ._patterns import StopPatterns
+from ._patterns import StopPatterns, checked_rules
 
 __all__ = ["RuleBuffer"]
 
@@ -54,20 +54,8 @@ class RuleBuffer(StopBuffer):
         arm_after: str | None = None,
     ) -> None:
         super().__init__(stops, include_stop=include_stop, errors=errors)
-        if regex is None:
-            if max_match_chars is not None:
-                raise ValueError(
-                    f"max_match_chars={max_match_chars!r} bounds regex stops, and regex is None"
-                )
-            self._patterns: StopPatterns | None = None
-        else:
-            patterns = StopPatterns.of(regex, max_match_chars)
-            self._patterns = patterns if len(patterns) else None
-        if arm_after is not None and not isinstance(arm_after, str):
-            raise TypeError(
-                f"arm_after must be None or a str, got {type(arm_after).__name__}: {arm_after!r}"
-            )
-        self._marker = StopAutomaton((arm_after,)) if arm_after else None
+        self._patterns, marker = checked_rules(regex, max_match_chars, arm_after)
+        self._marker = StopAutomaton((marker,)) if marker else None
         self._marker_state = 0
         self._armed = self._marker is None
         self._literal = 0  # the literal stops' automaton state
