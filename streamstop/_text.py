@@ -29,7 +29,7 @@ def find_stop(
     >>> find_stop("ab12:c", "c", regex=r"\\d{2}:")
     StopMatch(start=2, end=5, stop='12:', pattern='\\\\d{2}:')
     >>> find_stop("x.</think>y.", ".", arm_after="</think>")
-    StopMatch(start=11, end=12, stop='.', pattern=None)
+    StopMatch(start=11, end=12, stop='.')
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}: {text!r}")

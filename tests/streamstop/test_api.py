@@ -17,7 +17,7 @@ import streamstop
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text"]
+PRIVATE_MODULES = ["_automaton", "_buffer", "_patterns", "_rule_buffer", "_stream", "_text"]
 
 
 def test_public_names() -> None:
@@ -52,6 +52,9 @@ def test_signatures_of_the_contract() -> None:
         parameters = inspect.signature(cls).parameters
         assert parameters["include_stop"].kind is inspect.Parameter.KEYWORD_ONLY
         assert parameters["include_stop"].default is False
+        # The issue's contract for regex stops (issue 22).
+        assert parameters["regex"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert parameters["regex"].default is None
 
 
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)
