@@ -305,12 +305,14 @@ class StopPatterns:
             low = max(0, old - width + 1)
             search = compiled.search
             try:
-                if search(text, low, limit, timeout=self._left(deadline, pattern)) is None:
+                first = search(text, low, limit, timeout=self._left(deadline, pattern))
+                if first is None:
                     continue  # the usual answer: no match at all, of any length
-                # Some match: the one that ends first. A search over [end - width, end) finds
-                # one only if a match of at most ``width`` ends there (one that ended before
-                # would have been found at its own end).
-                for end in range(old + 1, limit + 1):
+                # Some match: the one that ends first. No match begins before ``first`` does
+                # (the leftmost), so none ends before it begins; from there, a search over
+                # [end - width, end) finds one only if a match of at most ``width`` ends there
+                # (one that ended before would have been found at its own end).
+                for end in range(max(old, first.start()) + 1, limit + 1):
                     start = max(low, end - width)
                     if search(text, start, end, timeout=self._left(deadline, pattern)):
                         break
