@@ -32,10 +32,10 @@ Offsets are half-open, as everywhere: a match ``[start, end)`` covers ``text[sta
 from __future__ import annotations
 
 import importlib
+import re
 import sys
-import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # The standard library's own parser (sre_parse before 3.11, and deprecated from then on).
@@ -48,14 +48,16 @@ __all__ = [
     "StopPatternTimeout",
     "StopPatterns",
     "checked_rules",
+    "first_characters",
     "normalize_patterns",
     "pattern_width",
 ]
 
-# Seconds all the searches for one piece of text may take together. An ordinary pattern takes
-# microseconds on a token; only one that backtracks catastrophically (``(a|aa)+b`` on a run of
-# a's) comes near, and this keeps it from stalling an event loop for longer than a slow
-# network read.
+# Seconds one search may take (a piece of text costs one or two searches per pattern, a few
+# more where a match ends). An ordinary pattern takes microseconds on a token; only one that
+# backtracks catastrophically (``(a|aa)+b`` on a run of a's) comes near, and this keeps it from
+# stalling an event loop for longer than a slow network read. Per search, not per piece: a
+# process that the machine preempts between two searches is not a pattern that is too slow.
 DEFAULT_REGEX_TIMEOUT = 0.05
 
 INSTALL_HINT = (
@@ -183,6 +185,114 @@ def pattern_width(pattern: str, max_match_chars: int | None = None) -> int:
     return high if max_match_chars is None else min(high, max_match_chars)
 
 
+_CATEGORIES = {
+    _sre.CATEGORY_DIGIT: r"\d",
+    _sre.CATEGORY_NOT_DIGIT: r"\D",
+    _sre.CATEGORY_SPACE: r"\s",
+    _sre.CATEGORY_NOT_SPACE: r"\S",
+    _sre.CATEGORY_WORD: r"\w",
+    _sre.CATEGORY_NOT_WORD: r"\W",
+}
+_ADD_FLAGS = ((re.IGNORECASE, "i"), (re.DOTALL, "s"), (re.ASCII, "a"), (re.UNICODE, "u"))
+_FIRST_FLAGS = re.IGNORECASE | re.DOTALL | re.ASCII
+
+
+def _code(char: int) -> str:
+    return f"\\U{char:08x}"  # safe anywhere, in a class or out
+
+
+def _one_char(op: Any, av: Any) -> str | None:
+    """The source of a pattern for the one character ``(op, av)`` matches, if it is one."""
+    if op is _sre.LITERAL:
+        return _code(av)
+    if op is _sre.NOT_LITERAL:
+        return f"[^{_code(av)}]"
+    if op is _sre.ANY:
+        return "."
+    if op is not _sre.IN:
+        return None
+    parts: list[str] = []
+    for item, value in av:
+        if item is _sre.NEGATE:
+            parts.insert(0, "^")
+        elif item is _sre.LITERAL:
+            parts.append(_code(value))
+        elif item is _sre.RANGE:
+            parts.append(f"{_code(value[0])}-{_code(value[1])}")
+        elif item is _sre.CATEGORY and value in _CATEGORIES:
+            parts.append(_CATEGORIES[value])
+        else:
+            return None
+    return f"[{''.join(parts)}]"
+
+
+def _first(items: Any) -> tuple[list[str] | None, bool]:
+    """The sources of the characters a match of ``items`` can begin with (``None``: any, or
+    not known), and whether ``items`` can match the empty string."""
+    sources: list[str] = []
+    for op, av in items:
+        single = _one_char(op, av)
+        if single is not None:
+            return [*sources, single], False
+        if op is _sre.SUBPATTERN:
+            inner, empty = _first(av[-1])
+            if inner is None:
+                return None, False
+            added = "".join(letter for flag, letter in _ADD_FLAGS if av[1] & flag)
+            removed = "".join(letter for flag, letter in _ADD_FLAGS[:2] if av[2] & flag)
+            if added or removed:
+                scope = f"(?{added}{'-' + removed if removed else ''}:"
+                inner = [f"{scope}{source})" for source in inner]
+            sources += inner
+        elif op is _sre.BRANCH:
+            empty = False
+            for branch in av[1]:
+                inner, branch_empty = _first(branch)
+                if inner is None:
+                    return None, False
+                sources += inner
+                empty = empty or branch_empty
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+            if av[1] == 0:
+                continue
+            inner, empty = _first(av[2])
+            if inner is None:
+                return None, False
+            sources += inner
+            empty = empty or av[0] == 0
+        elif op is _sre.GROUPREF_EXISTS:
+            yes, yes_empty = _first(av[1])
+            no, no_empty = _first(av[2]) if av[2] is not None else ([], True)
+            if yes is None or no is None:
+                return None, False
+            sources += yes + no
+            empty = yes_empty or no_empty
+        else:  # a backreference: any character
+            return None, False
+        if not empty:
+            return sources, False
+    return sources, True
+
+
+def first_characters(pattern: str) -> Callable[[str, int], re.Match[str] | None] | None:
+    """The ``search`` of a standard-library pattern matching each character that a match of
+    ``pattern`` (checked by :func:`pattern_width`) can begin with; ``None`` if that may be any.
+
+    >>> first_characters(r"\\nQuestion \\d{1,3}:")("abc\\nQ", 0).start()
+    3
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parsed = _parser.parse(pattern)
+    sources, _ = _first(parsed.data)
+    if not sources or ("." in sources and not parsed.state.flags & re.DOTALL):
+        return None
+    try:
+        return re.compile("|".join(sources), parsed.state.flags & _FIRST_FLAGS).search
+    except (re.error, OverflowError):  # pragma: no cover - built from a parsed pattern
+        return None
+
+
 def _checked_max(max_match_chars: object) -> int | None:
     if max_match_chars is None:
         return None
@@ -225,8 +335,9 @@ class StopPatterns:
     >>> patterns.widths
     (64, 16)
 
-    ``timeout`` is the time, in seconds, that all the searches for one piece of text may take
-    together; past it the search raises :class:`StopPatternTimeout`.
+    ``timeout`` is the time, in seconds, that one search may take (a piece of text costs one or
+    two per pattern, a few more where a match ends); past it the search raises
+    :class:`StopPatternTimeout`.
     """
 
     __slots__ = ("_engines", "_patterns", "_widths", "max_match_chars", "timeout", "width")
@@ -252,9 +363,16 @@ class StopPatterns:
                 compiled.append(regex.compile(item, regex.VERSION0))
             except regex.error as error:  # pragma: no cover - re's parser took it
                 raise ValueError(f"regex stop {item!r} is not a valid pattern: {error}") from None
-        # (compiled, width, pattern) of each: what the searches read.
-        self._engines: tuple[tuple[Any, int, str], ...] = tuple(
-            zip(compiled, self._widths, self._patterns, strict=True)
+        # (compiled, width, pattern, first) of each: what the searches read; ``first`` is the
+        # ``search`` of a standard-library pattern for the characters a match can begin with.
+        self._engines: tuple[tuple[Any, int, str, Any], ...] = tuple(
+            zip(
+                compiled,
+                self._widths,
+                self._patterns,
+                [first_characters(item) for item in self._patterns],
+                strict=True,
+            )
         )
 
     @classmethod
@@ -286,64 +404,76 @@ class StopPatterns:
     def __repr__(self) -> str:
         return f"StopPatterns({list(self._patterns)!r}, max_match_chars={self.max_match_chars!r})"
 
-    def _left(self, deadline: float, pattern: str) -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise StopPatternTimeout(pattern, self.timeout)
-        return left
-
-    def earliest(
-        self, text: str, old: int, limit: int, deadline: float
-    ) -> tuple[int, int, str] | None:
-        """The match that ends first (the longest at that end) among those that end in
-        ``(old, limit]``: ``(start, end, pattern)``, or ``None``.
+    def scan(self, text: str, old: int, limit: int) -> tuple[tuple[int, int, str] | None, int]:
+        """Search ``text`` (the held text, ``old`` characters, then the new piece) for what
+        ends in ``(old, limit]``: ``(cut, hold)``. ``cut`` is the match that ends first (the
+        longest at that end) as ``(start, end, pattern)``, or ``None``; ``hold`` is where a
+        match could still begin if more text came (``len(text)`` if nowhere), meaningful only
+        without a cut and when ``limit`` is ``len(text)``.
 
         Given (what the buffer ensures) that no match lies wholly in ``text[:old]``.
         """
-        best: tuple[int, int, str] | None = None
-        for compiled, width, pattern in self._engines:
-            low = max(0, old - width + 1)
-            search = compiled.search
-            try:
-                first = search(text, low, limit, timeout=self._left(deadline, pattern))
-                if first is None:
-                    continue  # the usual answer: no match at all, of any length
-                # Some match: the one that ends first. No match begins before ``first`` does
-                # (the leftmost), so none ends before it begins; from there, a search over
-                # [end - width, end) finds one only if a match of at most ``width`` ends there
-                # (one that ended before would have been found at its own end).
-                for end in range(max(old, first.start()) + 1, limit + 1):
-                    start = max(low, end - width)
-                    if search(text, start, end, timeout=self._left(deadline, pattern)):
-                        break
-                else:
-                    continue  # only matches longer than max_match_chars: none
-                fullmatch = compiled.fullmatch
-                while not fullmatch(text, start, end, timeout=self._left(deadline, pattern)):
-                    start += 1  # the longest: the first start that matches to ``end``
-            except TimeoutError:
-                raise StopPatternTimeout(pattern, self.timeout) from None
-            if best is None or (end, start) < (best[1], best[0]):
-                best = (start, end, pattern)
-                limit = end
-        return best
-
-    def hold_start(self, text: str, deadline: float) -> int:
-        """The earliest offset of ``text`` where a match could still begin if more text came
-        (``len(text)`` if none), given that no match lies wholly in ``text``."""
         length = len(text)
+        best: tuple[int, int, str] | None = None
         hold = length
-        for compiled, width, pattern in self._engines:
+        timeout = self.timeout
+        for compiled, width, pattern, first in self._engines:
+            low = max(0, old - width + 1)
+            if first is not None:
+                # Neither a match nor its beginning can start where no first character is: most
+                # tokens are answered here, at C speed, without the regex engine's call.
+                candidate = first(text, low)
+                if candidate is None:
+                    continue
+                low = candidate.start()
             try:
-                found = compiled.search(
-                    text,
-                    max(0, length - width + 1),
-                    length,
-                    partial=True,
-                    timeout=self._left(deadline, pattern),
-                )
+                if limit == length:
+                    # One search for both: a complete match if there is one anywhere (the
+                    # partial search prefers those), else where a partial one begins.
+                    found = compiled.search(text, low, length, partial=True, timeout=timeout)
+                else:
+                    found = compiled.search(text, low, limit, timeout=timeout)
+                if found is None:
+                    continue
+                if not found.partial:
+                    match = self._first_end(compiled, width, text, old, limit, found.start())
+                    if match is not None:
+                        start, end = match
+                        if best is None or (end, start) < (best[1], best[0]):
+                            best = (start, end, pattern)
+                            limit = end
+                        continue
+                    if limit < length:
+                        continue
+                    found = None  # only matches longer than max_match_chars: not matches
+                floor = length - width + 1
+                if found is None or found.start() < floor:
+                    # A beginning longer than the width is no match's (with max_match_chars).
+                    found = compiled.search(
+                        text, max(low, floor, 0), length, partial=True, timeout=timeout
+                    )
+                if found is not None and found.start() < hold:
+                    hold = found.start()
             except TimeoutError:
                 raise StopPatternTimeout(pattern, self.timeout) from None
-            if found is not None and found.start() < hold:
-                hold = found.start()
-        return hold
+        return best, hold
+
+    def _first_end(
+        self, compiled: Any, width: int, text: str, old: int, limit: int, leftmost: int
+    ) -> tuple[int, int] | None:
+        """``(start, end)`` of the match of at most ``width`` characters that ends first in
+        ``(old, limit]``, the longest at that end; none begins before ``leftmost``."""
+        timeout = self.timeout
+        low = max(0, old - width + 1, leftmost)
+        # No match begins before the leftmost one, so none ends before it begins; from there, a
+        # search over [end - width, end) finds one only if a match of at most ``width`` ends
+        # there (one that ended before would have been found at its own end).
+        for end in range(max(old, leftmost) + 1, limit + 1):
+            start = max(low, end - width)
+            if compiled.search(text, start, end, timeout=timeout):
+                break
+        else:
+            return None
+        while not compiled.fullmatch(text, start, end, timeout=timeout):
+            start += 1  # the longest: the first start that matches up to ``end``
+        return start, end

@@ -19,7 +19,6 @@ Rules of this module (the literal-only buffer's per-token path is untouched by a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from ._automaton import StopAutomaton, Stops
@@ -55,7 +54,8 @@ class RuleBuffer(StopBuffer):
     ) -> None:
         super().__init__(stops, include_stop=include_stop, errors=errors)
         self._patterns, marker = checked_rules(regex, max_match_chars, arm_after)
-        self._marker = StopAutomaton((marker,)) if marker else None
+        # From the shared cache: a server makes one buffer per choice, all with the same marker.
+        self._marker = StopAutomaton.from_stops((marker,)) if marker else None
         self._marker_state = 0
         self._armed = self._marker is None
         self._literal = 0  # the literal stops' automaton state
@@ -132,9 +132,9 @@ class RuleBuffer(StopBuffer):
             end = old + found
             cut = (end, end - automaton.match_length(literal), None)
         patterns = self._patterns
-        deadline = time.monotonic() + patterns.timeout if patterns is not None else 0.0
+        hold = -1
         if patterns is not None:
-            match = patterns.earliest(text, old, cut[0] if cut is not None else length, deadline)
+            match, hold = patterns.scan(text, old, cut[0] if cut is not None else length)
             if match is not None and (cut is None or (match[1], match[0]) < cut[:2]):
                 cut = (match[1], match[0], match[2])
         if cut is not None:
@@ -144,10 +144,8 @@ class RuleBuffer(StopBuffer):
             self._literal = 0
             self._stop(text[start:end])
             return text[old:end] if self._include_stop else text[:start]
-        hold = length - automaton.hold_length(literal)
-        if patterns is not None and hold:
-            # Only the patterns' hold can begin earlier than the literal stops'.
-            hold = min(hold, patterns.hold_start(text, deadline))
+        literal_hold = length - automaton.hold_length(literal)
+        hold = literal_hold if hold < 0 else min(hold, literal_hold)
         self._literal = literal
         self._pending = text[hold:]
         return piece if self._include_stop else text[:hold]

@@ -57,8 +57,8 @@ class RequestLimits:
     max_stop_regex_ms: int = field(
         default=50,
         metadata={
-            "help": "milliseconds the regex stops may search one piece of a response for (the"
-            " response then ends in error, code stop_regex_timeout)"
+            "help": "milliseconds one search of a regex stop may take (past it the response"
+            " ends in error, code stop_regex_timeout)"
         },
     )
     # json.loads and json.dumps hold the GIL for 8-15 ms per MB of body in one C call (measured

@@ -5,8 +5,11 @@ properties over random patterns."""
 from __future__ import annotations
 
 import builtins
+import doctest
 import itertools
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstop import StopBuffer, StopPatterns, StopPatternTimeout
-from streamstop._patterns import pattern_width
+from streamstop._patterns import first_characters, pattern_width
 
 from .reference import all_chunkings
 from .regex_reference import Rules, regex_emitted, regex_match
@@ -511,3 +514,35 @@ def test_matches_reference_in_any_chunking(
         assert emitted + buffer.flush() == expected, chunks
         assert buffer.stop_string == (text[match[0] : match[1]] if match else None)
         assert buffer.stop_pattern == (match[2] if match else None)
+
+
+def test_the_handbook_page_runs() -> None:
+    """docs/regex-and-gated-stops.md: every example on the page, as written."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "regex-and-gated-stops.md"
+    text = page.read_text(encoding="utf-8")
+    test = doctest.DocTestParser().get_doctest(text, {}, page.name, str(page), 0)
+    assert len(test.examples) >= 20
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0
+
+
+# The prefilter: the characters a match can begin with, as a standard-library class. Over an
+# alphabet with case and line ends, and patterns with flags, classes and categories.
+FIRST_ATOMS = st.sampled_from(
+    ["a", "B", "[ab]", "[^a]", ".", r"\w", r"\W", r"\s", r"\d", "(?i:a)", "(?s:.)", "[A-Z]"]
+)
+first_patterns = st.recursive(FIRST_ATOMS, _compose, max_leaves=4).filter(_usable)
+
+
+@given(
+    pattern=first_patterns,
+    flags=st.sampled_from(["", "(?i)", "(?s)", "(?a)"]),
+    text=st.text("aAbB\n1 _é", min_size=1, max_size=6),
+)
+def test_every_match_begins_with_a_first_character(pattern: str, flags: str, text: str) -> None:
+    pattern = flags + pattern
+    first = first_characters(pattern)
+    for start, end in itertools.combinations(range(len(text) + 1), 2):
+        if re.fullmatch(pattern, text[start:end]):
+            assert first is None or first(text[start], 0) is not None, (pattern, text[start:end])
