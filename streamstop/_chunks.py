@@ -440,7 +440,13 @@ class ChunkFilter(Generic[ChunkT]):
 
 
 def truncate_response(
-    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+    response: Mapping[str, Any],
+    stops: Stops | StopAutomaton,
+    *,
+    include_stop: bool = False,
+    regex: str | Iterable[str] | StopPatterns | None = None,
+    max_match_chars: int | None = None,
+    arm_after: str | None = None,
 ) -> dict[str, Any]:
     """Cut each choice of a non-streaming chat or completion response at its first stop.
 
@@ -451,7 +457,14 @@ def truncate_response(
     >>> truncate_response({"choices": [{"index": 0, "text": "Hi</s>junk"}]}, "</s>")
     {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop', 'stop_reason': '</s>'}]}
     """
-    return cut_response(response, stops, include_stop=include_stop)[0]
+    return cut_response(
+        response,
+        stops,
+        include_stop=include_stop,
+        regex=regex,
+        max_match_chars=max_match_chars,
+        arm_after=arm_after,
+    )[0]
 
 
 def cut_response(
