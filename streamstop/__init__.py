@@ -6,9 +6,16 @@ sans-I/O; :class:`StopStream` and :class:`SyncStopStream` are thin loops around 
 puts it in front of any OpenAI-compatible server (the ``server`` extra).
 """
 
-from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopMatch, Stops
+from ._automaton import (
+    PASS_THROUGH,
+    Step,
+    StopAutomaton,
+    StopMatch,
+    StopPatterns,
+    StopPatternTimeout,
+    Stops,
+)
 from ._buffer import StopBuffer
-from ._patterns import StopPatterns, StopPatternTimeout
 from ._stream import StopStream, SyncStopStream
 from ._text import find_stop, split_safe, truncate
 

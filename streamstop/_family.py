@@ -33,9 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import _json
-from ._automaton import StopAutomaton, Stops
+from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
 from ._buffer import StopBuffer
-from ._patterns import StopPatterns, checked_rules
 from ._sse import (
     SSEDecoder,
     SSEFrameTooLarge,

@@ -16,7 +16,7 @@ from ._buffer import StopBuffer
 from ._lifecycle import AsyncSourceStream, SyncSourceStream
 
 if TYPE_CHECKING:
-    from ._patterns import StopPatterns
+    from ._automaton import StopPatterns
 
 __all__ = ["StopStream", "SyncStopStream"]
 

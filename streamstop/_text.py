@@ -9,7 +9,7 @@ from ._automaton import StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
 
 if TYPE_CHECKING:
-    from ._patterns import StopPatterns
+    from ._automaton import StopPatterns
 
 __all__ = ["find_stop", "split_safe", "truncate"]
 

@@ -59,11 +59,10 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .. import _json
-from .._automaton import StopAutomaton
+from .._automaton import StopAutomaton, StopPatterns, StopPatternTimeout
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
 from .._family import Family, FamilyStream
-from .._patterns import StopPatterns, StopPatternTimeout
 from .._sse_filter import SSEFilter
 from ._asgi import (
     DISCONNECT_WATCHED,

@@ -17,7 +17,7 @@ import streamstop
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_patterns", "_rule_buffer", "_stream", "_text"]
+PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text"]
 
 
 def test_public_names() -> None:
