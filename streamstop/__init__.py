@@ -17,7 +17,7 @@ from ._automaton import (
 )
 from ._buffer import StopBuffer
 from ._stream import StopStream, SyncStopStream
-from ._text import find_stop, split_safe, truncate
+from ._text import StopRules, find_stop, split_safe, truncate
 
 __all__ = [
     "PASS_THROUGH",
@@ -27,6 +27,7 @@ __all__ = [
     "StopMatch",
     "StopPatternTimeout",
     "StopPatterns",
+    "StopRules",
     "StopStream",
     "Stops",
     "SyncStopStream",

@@ -370,10 +370,12 @@ class ChunkFilter(Generic[ChunkT]):
         """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
         if piece is not None and buffer.stopped:
             stop = buffer.stop_string or ""
-            if buffer.stop_pattern is not None:
-                self._stop_patterns[index] = buffer.stop_pattern
+            pattern = buffer.stop_pattern
+            if pattern is not None:
+                self._stop_patterns[index] = pattern
             self._finish(index, stop)
-            return self._rewrite(choice, delta, piece, "stop", stop)
+            # stop_reason names the stop that fired: for a regex stop, the pattern.
+            return self._rewrite(choice, delta, piece, "stop", pattern or stop)
         if finish_reason is not None:
             self._finish(index)
             tail = buffer.flush()
@@ -509,9 +511,9 @@ def cut_response(
                 choice = {
                     **choice,
                     "message": {**message, "content": cut},
-                    **_cut_fields(match.stop),
+                    **_cut_fields(match.pattern or match.stop),
                 }
             else:
-                choice = {**choice, "text": cut, **_cut_fields(match.stop)}
+                choice = {**choice, "text": cut, **_cut_fields(match.pattern or match.stop)}
         new_choices.append(choice)
     return {**response, "choices": new_choices}, fired

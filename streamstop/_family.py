@@ -127,6 +127,8 @@ class Family:
     name = "family"
     framing = "sse"  # or "ndjson"
     stop_path: tuple[str, ...] = ("stop",)
+    # Whether the request's stop_regex and stop_arm_after apply (an OpenAI API's fields).
+    stop_rules = False
     tracks_text = False  # call on_sent() with each event sent that may carry text
     # The field numbering every event (Responses: "sequence_number"): the core keeps it
     # consecutive over the events it sends, those it writes included.
@@ -222,13 +224,15 @@ class Family:
 
 
 def cut_text(text: Any, automaton: StopAutomaton, include_stop: bool) -> tuple[str, str] | None:
-    """``text`` cut at its first stop and that stop, or ``None`` if no stop is in it."""
+    """``text`` cut at its first stop and that stop (for a regex stop, its pattern), or ``None``
+    if no stop is in it. ``automaton`` may be a :class:`~streamstop.StopRules` (regex stops,
+    ``arm_after``): anything whose ``find`` is :meth:`StopAutomaton.find`'s."""
     if not isinstance(text, str):
         return None
     match = automaton.find(text)
     if match is None:
         return None
-    return text[: match.end if include_stop else match.start], match.stop
+    return text[: match.end if include_stop else match.start], match.pattern or match.stop
 
 
 # -- the core ------------------------------------------------------------------------------------
@@ -436,7 +440,9 @@ class FamilyStream:
                 self._stop_strings[slot] = stop
                 if family.ends_all() or (self._n is not None and len(self._finished) >= self._n):
                     self._done = True
-                return self._encode(family.cut(payload, slot, piece, stop))
+                # The cut names the stop that fired: for a regex stop, the pattern.
+                reason = buffer.stop_pattern or stop
+                return self._encode(family.cut(payload, slot, piece, reason))
         if family.finishes(payload):
             self._finished.add(slot)
             if self._stop_strings and self._n is not None and len(self._finished) >= self._n:

@@ -5,13 +5,38 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._automaton import StopAutomaton, StopMatch, Stops
+from ._automaton import StopAutomaton, StopMatch, Stops, checked_rules
 from ._buffer import StopBuffer
 
 if TYPE_CHECKING:
     from ._automaton import StopPatterns
 
-__all__ = ["find_stop", "split_safe", "truncate"]
+__all__ = ["StopRules", "find_stop", "split_safe", "truncate"]
+
+
+class StopRules:
+    """Literal stops, regex stops and a marker, built once, for whole texts: :meth:`find` is
+    :meth:`StopAutomaton.find`'s, with the patterns and the marker (see :func:`find_stop`).
+
+    >>> StopRules("</s>", regex=r"\\d{2}", arm_after="|").find("12|a 34</s>")
+    StopMatch(start=5, end=7, stop='34', pattern='\\\\d{2}')
+    """
+
+    __slots__ = ("arm_after", "automaton", "patterns")
+
+    def __init__(
+        self,
+        stops: Stops | StopAutomaton,
+        *,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
+    ) -> None:
+        self.automaton = StopAutomaton.from_stops(stops)
+        self.patterns, self.arm_after = checked_rules(regex, max_match_chars, arm_after)
+
+    def find(self, text: str) -> StopMatch | None:
+        return find_stop(text, self.automaton, regex=self.patterns, arm_after=self.arm_after)
 
 
 def find_stop(

@@ -28,7 +28,8 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   a 2xx ``application/json`` body is held, cut with :func:`~streamstop.chat.truncate_response`
   and sent with a new ``content-length``; anything else (errors, bodies in other encodings)
   passes through.
-- On the OpenAI paths ``stop_regex`` (a pattern or a list: regex stops, SGLang's field) and
+- On the OpenAI paths (Responses too) ``stop_regex`` (a pattern or a list: regex stops,
+  SGLang's field; a cut's ``stop_reason`` names the pattern) and
   ``stop_arm_after`` (a marker the stops wait for) are read and checked by
   :func:`._request.parse_stop_rules` (400 naming the field); ``stop_regex`` is taken out of the
   body as ``stop`` is, ``stop_arm_after`` always (no backend knows it). A pattern that times
@@ -64,6 +65,7 @@ from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES
 from .._family import Family, FamilyStream
 from .._sse_filter import SSEFilter
+from .._text import StopRules
 from ._asgi import (
     DISCONNECT_WATCHED,
     ASGIApp,
@@ -322,7 +324,22 @@ class StopMiddleware:
     ) -> _Prepared:
         param = ".".join(family.stop_path)
         stops = parse_stops({"stop": family.stops_value(request)}, self.limits, param=param)
-        if not self.forward_stop and family.remove_stops(request):
+        patterns: StopPatterns | None = None
+        arm_after: str | None = None
+        taken: list[str] = []
+        if family.stop_rules:  # an OpenAI API's (Responses): stop_regex and stop_arm_after too
+            patterns, arm_after = parse_stop_rules(request, self.limits)
+            taken = [
+                key
+                for key in STOP_RULE_FIELDS
+                if key in request and (key == "stop_arm_after" or not self.forward_stop)
+            ]
+            for key in taken:
+                del request[key]
+        removed = not self.forward_stop and family.remove_stops(request)
+        if taken:
+            body = _json.dumps(request)
+        elif removed:
             top = family.stop_path[0]
             cut = (
                 without_key(body, top)
@@ -338,6 +355,8 @@ class StopMiddleware:
             choices=family.slots(request),
             stream=family.streams(request, path),
             include_usage=False,
+            patterns=patterns,
+            arm_after=arm_after,
         )
 
 
@@ -722,7 +741,10 @@ class _Exchange:
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, []
         if self._family is not None:
-            cut, fired = self._family.cut_whole(response, self._automaton, self._include_stop)
+            finder: Any = self._automaton
+            if self._patterns is not None or self._arm_after is not None:
+                finder = StopRules(self._automaton, regex=self._patterns, arm_after=self._arm_after)
+            cut, fired = self._family.cut_whole(response, finder, self._include_stop)
             return (_json.dumps(cut) if fired else body), fired
         if not isinstance(response, dict):
             return body, []

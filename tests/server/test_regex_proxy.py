@@ -1,6 +1,7 @@
 """stop_regex and stop_arm_after through ``streamstop proxy`` (StopMiddleware in front of
 ProxyApp, in front of the bare echo model, which knows neither field), driven by the ``openai``
-client: the fields go in ``extra_body``, as for SGLang."""
+client on Chat Completions, Completions and Responses: the fields go in ``extra_body``, as for
+SGLang; ``stop_reason`` names the pattern that fired."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ async def test_an_unbounded_pattern_is_a_400_naming_the_field(proxy_server: Live
             )
     assert error.value.param == "stop_regex"
     assert error.value.code == "invalid_stop_regex"
+
+
+@pytest.mark.asyncio
+async def test_the_responses_api_through_the_proxy(proxy_server: LiveServer) -> None:
+    async with client_for(proxy_server) as client:
+        stream = await client.responses.create(
+            model="echo", input=TEXT, stream=True, extra_body=RULES
+        )
+        deltas = [
+            event.delta async for event in stream if event.type == "response.output_text.delta"
+        ]
+        whole = await client.responses.create(model="echo", input=TEXT, extra_body=RULES)
+    assert "".join(deltas) == EXPECTED
+    assert whole.output_text == EXPECTED
+    assert getattr(whole, "stop_reason", None) == RULES["stop_regex"][0]

@@ -30,7 +30,9 @@ async def test_a_stream_is_cut_at_a_regex_split_across_events() -> None:
     await run(app, client)
     assert client.status == 200
     assert text_of(client.body) == "The answer: 7."
-    assert chunks_of(client.body)[-1]["choices"][0]["finish_reason"] == "stop"
+    last = chunks_of(client.body)[-1]["choices"][0]
+    # stop_reason names the stop that fired: for a regex stop, its pattern.
+    assert (last["finish_reason"], last["stop_reason"]) == ("stop", r"\nQuestion \d{1,3}:")
     assert app.cancelled  # the model was stopped at the match
 
 
@@ -78,7 +80,8 @@ async def test_a_whole_chat_response_is_cut_at_a_pattern() -> None:
     await run(app, client)
     choices = json.loads(client.body)["choices"]
     assert [choice["message"]["content"] for choice in choices] == ["Call ", "no number"]
-    assert choices[0]["finish_reason"] == "stop"
+    assert (choices[0]["finish_reason"], choices[0]["stop_reason"]) == ("stop", r"\d{3}-\d{4}")
+    assert "stop_reason" not in choices[1]
 
 
 async def test_a_whole_completion_is_cut_after_the_marker() -> None:
