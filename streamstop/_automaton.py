@@ -1305,7 +1305,15 @@ class StopPatterns:
     :class:`StopPatternTimeout`.
     """
 
-    __slots__ = ("_engines", "_patterns", "_widths", "max_match_chars", "timeout", "width")
+    __slots__ = (
+        "_any_first",
+        "_engines",
+        "_patterns",
+        "_widths",
+        "max_match_chars",
+        "timeout",
+        "width",
+    )
 
     def __init__(
         self,
@@ -1339,6 +1347,20 @@ class StopPatterns:
                 strict=True,
             )
         )
+        # One search for every pattern's first characters: most pieces need nothing more.
+        firsts = [engine[3] for engine in self._engines]
+        self._any_first: Any = None
+        if firsts and all(first is not None for first in firsts):
+            parts = []
+            for first in firsts:
+                compiled_first = first.__self__
+                letters = "".join(
+                    letter
+                    for flag, letter in ((re.IGNORECASE, "i"), (re.DOTALL, "s"), (re.ASCII, "a"))
+                    if compiled_first.flags & flag
+                )
+                parts.append(f"(?{letters}:{compiled_first.pattern})")
+            self._any_first = re.compile("|".join(parts)).search
 
     @classmethod
     def of(
@@ -1379,6 +1401,9 @@ class StopPatterns:
         Given (what the buffer ensures) that no match lies wholly in ``text[:old]``.
         """
         length = len(text)
+        any_first = self._any_first
+        if any_first is not None and any_first(text, max(0, old - self.width + 1)) is None:
+            return None, length  # no pattern's match, nor its beginning, can start anywhere
         best: tuple[int, int, str] | None = None
         hold = length
         timeout = self.timeout

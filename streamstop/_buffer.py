@@ -385,7 +385,9 @@ class RuleBuffer(StopBuffer):
 
     __slots__ = (
         "_armed",
+        "_armed_plain",
         "_literal",
+        "_literal_only",
         "_marker",
         "_marker_state",
         "_patterns",
@@ -409,6 +411,16 @@ class RuleBuffer(StopBuffer):
         self._marker = StopAutomaton.from_stops((marker,)) if marker else None
         self._marker_state = 0
         self._armed = self._marker is None
+        # With no patterns, the armed text goes through a literal-only buffer and its
+        # per-token path (the marker's text is decoded already, so its errors do not matter).
+        self._literal_only = (
+            StopBuffer(self._automaton, include_stop=include_stop)
+            if self._patterns is None
+            else None
+        )
+        # The literal-only buffer while a str chunk may go straight to it (armed, running, no
+        # bytes of an unfinished character pending): the gated stream's per-token path.
+        self._armed_plain: StopBuffer | None = self._literal_only if self._armed else None
         self._literal = 0  # the literal stops' automaton state
         self._pending = ""
         self._stop_pattern: str | None = None
@@ -449,16 +461,29 @@ class RuleBuffer(StopBuffer):
     def held(self) -> str:
         if self._include_stop or self._stop_string is not None:
             return ""
-        return self._pending
+        return self._pending if self._literal_only is None else self._literal_only.held
 
     def feed(self, chunk: str | bytes | bytearray | memoryview) -> str:
+        plain = self._armed_plain
+        if plain is not None and chunk.__class__ is str:
+            piece = plain.feed(chunk)
+            if plain.stopped:
+                self._stop(plain.stop_string or "")
+                self._armed_plain = None
+            return piece
         if self._stopped or self._finished:
             return self._feed_after_end(chunk)
-        return self._take(self._decode(chunk))
+        piece = self._take(self._decode(chunk))
+        decoder = self._decoder
+        if self._armed and not self._stopped and not (decoder and decoder.getstate()[0]):
+            self._armed_plain = self._literal_only
+        else:
+            self._armed_plain = None
+        return piece
 
     def _take(self, text: str) -> str:
         if self._armed:
-            return self._search(text) if text else ""
+            return self._armed_text(text)
         marker = self._marker
         assert marker is not None
         state, end, _ = marker.advance(self._marker_state, text)
@@ -467,7 +492,16 @@ class RuleBuffer(StopBuffer):
             return text  # nothing can be a stop yet: all of it passes
         self._armed = True
         rest = text[end:]
-        return text[:end] + self._search(rest) if rest else text[:end]
+        return text[:end] + self._armed_text(rest) if rest else text[:end]
+
+    def _armed_text(self, text: str) -> str:
+        inner = self._literal_only
+        if inner is None:
+            return self._search(text) if text else ""
+        piece = inner.feed(text)
+        if inner.stopped:
+            self._stop(inner.stop_string or "")
+        return piece
 
     def _search(self, piece: str) -> str:
         """Search the held text and ``piece``; cut, or emit all but what could still match."""
@@ -510,8 +544,10 @@ class RuleBuffer(StopBuffer):
             if decoded:
                 tail = self._take(decoded)
         self._finished = True
+        self._armed_plain = None
         if self._stop_string is not None:
             return tail
-        held = self.held
+        inner = self._literal_only
+        held = inner.flush() if inner is not None else self.held
         self._pending = ""
         return tail + held

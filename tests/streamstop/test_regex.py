@@ -483,7 +483,7 @@ def splits(draw: st.DrawFn, text: str) -> list[str]:
 
 @settings(max_examples=300)
 @given(
-    regex=st.lists(patterns, min_size=1, max_size=2),
+    regex=st.lists(patterns, max_size=2),  # none: the literal stops alone, gated or not
     stops=st.lists(st.text("ab", min_size=1, max_size=3), max_size=2),
     arm_after=st.sampled_from([None, "c", "ca"]),
     text=st.text(TEXT, max_size=12),
@@ -504,7 +504,9 @@ def test_matches_reference_in_any_chunking(
     chunkings = [[text], list(text), data.draw(splits(text))]
     chunkings += [[text[:cut], text[cut:]] for cut in range(1, len(text))]
     for chunks in chunkings:
-        buffer = StopBuffer(stops, regex=regex, arm_after=arm_after, include_stop=include_stop)
+        buffer = StopBuffer(
+            stops, regex=regex or None, arm_after=arm_after, include_stop=include_stop
+        )
         emitted = ""
         fed = ""
         for chunk in chunks:
@@ -546,3 +548,17 @@ def test_every_match_begins_with_a_first_character(pattern: str, flags: str, tex
     for start, end in itertools.combinations(range(len(text) + 1), 2):
         if re.fullmatch(pattern, text[start:end]):
             assert first is None or first(text[start], 0) is not None, (pattern, text[start:end])
+
+
+def test_gated_literal_stops_take_bytes_and_str_as_the_literal_buffer_does() -> None:
+    buffer = StopBuffer("。用", arm_after="好")
+    data = "好的。用户".encode()
+    assert buffer.feed(data[:4]) == "好"  # armed; one byte of 的 pending
+    with pytest.raises(ValueError, match="unfinished UTF-8 character"):
+        buffer.feed("x")
+    assert buffer.feed(data[4:]) == "的"
+    assert (buffer.stopped, buffer.stop_string) == (True, "。用")
+    assert buffer.feed("more") == ""
+    assert buffer.flush() == ""
+    with pytest.raises(RuntimeError, match="after flush"):
+        buffer.feed("late")
