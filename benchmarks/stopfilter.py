@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import _regex_suite
 import _report
 import _suites
 import _workload
@@ -61,10 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     async_results = _suites.async_overhead(config)
     memory = _suites.memory(config)
     profiles = _suites.profile(config)
+    regex_rows = _regex_suite.regex_per_token(config.streams, config.length, config.rounds)
     found = _report.targets(per_token, async_results)
     text = _report.render(
         config, args.quick, env, per_token, curve, held, async_results, memory, profiles, found
     )
+    text += _regex_suite.render(regex_rows)
     elapsed = time.perf_counter() - started
     text += f"\nThis run took {elapsed:.0f} s.\n"
 
@@ -78,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "async": {loop: {k: asdict(v) for k, v in t.items()} for loop, t in async_results.items()},
         "memory": [asdict(r) for r in memory],
         "profile": [asdict(r) for r in profiles],
+        "regex": [asdict(r) for r in regex_rows],
         "targets": [dict(asdict(t), met=t.met) for t in found],
         "seconds": round(elapsed),
     }

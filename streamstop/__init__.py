@@ -6,10 +6,18 @@ sans-I/O; :class:`StopStream` and :class:`SyncStopStream` are thin loops around 
 puts it in front of any OpenAI-compatible server (the ``server`` extra).
 """
 
-from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopMatch, Stops
+from ._automaton import (
+    PASS_THROUGH,
+    Step,
+    StopAutomaton,
+    StopMatch,
+    StopPatterns,
+    StopPatternTimeout,
+    Stops,
+)
 from ._buffer import StopBuffer
 from ._stream import StopStream, SyncStopStream
-from ._text import split_safe, truncate
+from ._text import StopRules, find_stop, split_safe, truncate
 
 __all__ = [
     "PASS_THROUGH",
@@ -17,9 +25,13 @@ __all__ = [
     "StopAutomaton",
     "StopBuffer",
     "StopMatch",
+    "StopPatternTimeout",
+    "StopPatterns",
+    "StopRules",
     "StopStream",
     "Stops",
     "SyncStopStream",
+    "find_stop",
     "split_safe",
     "truncate",
 ]

@@ -33,12 +33,13 @@ Logprobs are passed along with the chunk they came in and are not realigned with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
-from ._automaton import StopAutomaton, Stops
+from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
 from ._buffer import StopBuffer
+from ._text import find_stop
 
 __all__ = [
     "NOT_USUAL",
@@ -154,6 +155,7 @@ class ChunkFilter(Generic[ChunkT]):
     """
 
     __slots__ = (
+        "_arm_after",
         "_automaton",
         "_buffers",
         "_done",
@@ -162,6 +164,8 @@ class ChunkFilter(Generic[ChunkT]):
         "_include_stop",
         "_live",
         "_n",
+        "_patterns",
+        "_stop_patterns",
         "_stop_strings",
         "_templates",
     )
@@ -172,8 +176,14 @@ class ChunkFilter(Generic[ChunkT]):
         *,
         n: int | None = None,
         include_stop: bool = False,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._automaton = StopAutomaton.from_stops(stops)
+        # Regex stops and the marker: StopBuffer's (built once here for every choice).
+        self._patterns, self._arm_after = checked_rules(regex, max_match_chars, arm_after)
+        self._stop_patterns: dict[int, str] = {}
         self._n = check_n(n)
         self._include_stop = bool(include_stop)
         self._buffers: dict[int, StopBuffer] = {}
@@ -206,6 +216,12 @@ class ChunkFilter(Generic[ChunkT]):
     def stop_strings(self) -> dict[int, str]:
         """The stop that cut each choice, by choice index (choices not cut are absent)."""
         return dict(self._stop_strings)
+
+    @property
+    def stop_patterns(self) -> dict[int, str]:
+        """The regex stop that cut each choice so cut, by choice index (its match is in
+        :attr:`stop_strings`)."""
+        return dict(self._stop_patterns)
 
     @property
     def finished(self) -> frozenset[int]:
@@ -329,7 +345,10 @@ class ChunkFilter(Generic[ChunkT]):
         buffer = self._buffers.get(index)
         if buffer is None:
             buffer = self._buffers[index] = self._live[index] = StopBuffer(
-                self._automaton, include_stop=self._include_stop
+                self._automaton,
+                include_stop=self._include_stop,
+                regex=self._patterns,
+                arm_after=self._arm_after,
             )
         self._templates[index] = (chunk, choice)
         delta, text, finish_reason = _choice_fields(choice)
@@ -351,8 +370,12 @@ class ChunkFilter(Generic[ChunkT]):
         """The choice to send once its text (if any) went into its buffer, giving ``piece``."""
         if piece is not None and buffer.stopped:
             stop = buffer.stop_string or ""
+            pattern = buffer.stop_pattern
+            if pattern is not None:
+                self._stop_patterns[index] = pattern
             self._finish(index, stop)
-            return self._rewrite(choice, delta, piece, "stop", stop)
+            # stop_reason names the stop that fired: for a regex stop, the pattern.
+            return self._rewrite(choice, delta, piece, "stop", pattern or stop)
         if finish_reason is not None:
             self._finish(index)
             tail = buffer.flush()
@@ -418,7 +441,13 @@ class ChunkFilter(Generic[ChunkT]):
 
 
 def truncate_response(
-    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+    response: Mapping[str, Any],
+    stops: Stops | StopAutomaton,
+    *,
+    include_stop: bool = False,
+    regex: str | Iterable[str] | StopPatterns | None = None,
+    max_match_chars: int | None = None,
+    arm_after: str | None = None,
 ) -> dict[str, Any]:
     """Cut each choice of a non-streaming chat or completion response at its first stop.
 
@@ -429,18 +458,40 @@ def truncate_response(
     >>> truncate_response({"choices": [{"index": 0, "text": "Hi</s>junk"}]}, "</s>")
     {'choices': [{'index': 0, 'text': 'Hi', 'finish_reason': 'stop', 'stop_reason': '</s>'}]}
     """
-    return cut_response(response, stops, include_stop=include_stop)[0]
+    return cut_response(
+        response,
+        stops,
+        include_stop=include_stop,
+        regex=regex,
+        max_match_chars=max_match_chars,
+        arm_after=arm_after,
+    )[0]
 
 
 def cut_response(
-    response: Mapping[str, Any], stops: Stops | StopAutomaton, *, include_stop: bool = False
+    response: Mapping[str, Any],
+    stops: Stops | StopAutomaton,
+    *,
+    include_stop: bool = False,
+    regex: str | Iterable[str] | StopPatterns | None = None,
+    max_match_chars: int | None = None,
+    arm_after: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order.
+    """:func:`truncate_response`, and the stop that cut each choice that was cut, in order
+    (for a regex stop, the text it matched). ``regex``, ``max_match_chars`` and ``arm_after``
+    are :class:`~streamstop.StopBuffer`'s.
 
     >>> cut_response({"choices": [{"index": 0, "text": "a.b"}, {"text": "c"}]}, ".")[1]
     ['.']
     """
     automaton = StopAutomaton.from_stops(stops)
+    find: Callable[[str], Any] = automaton.find
+    if regex is not None or arm_after is not None or max_match_chars is not None:
+        patterns, marker = checked_rules(regex, max_match_chars, arm_after)
+
+        def find(text: str) -> Any:
+            return find_stop(text, automaton, regex=patterns, arm_after=marker)
+
     choices = response.get("choices")
     if not isinstance(choices, list):
         return dict(response), []
@@ -452,7 +503,7 @@ def cut_response(
             continue
         message = choice.get("message")
         text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
-        match = automaton.find(text) if isinstance(text, str) else None
+        match = find(text) if isinstance(text, str) else None
         if match is not None:
             fired.append(match.stop)
             cut = str(text)[: match.end if include_stop else match.start]
@@ -460,9 +511,9 @@ def cut_response(
                 choice = {
                     **choice,
                     "message": {**message, "content": cut},
-                    **_cut_fields(match.stop),
+                    **_cut_fields(match.pattern or match.stop),
                 }
             else:
-                choice = {**choice, "text": cut, **_cut_fields(match.stop)}
+                choice = {**choice, "text": cut, **_cut_fields(match.pattern or match.stop)}
         new_choices.append(choice)
     return {**response, "choices": new_choices}, fired

@@ -33,11 +33,11 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import _json
-from ._automaton import StopAutomaton, Stops
+from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
 from ._buffer import StopBuffer
 from ._sse import (
     SSEDecoder,
@@ -131,6 +131,8 @@ class Family:
     name = "family"
     framing = "sse"  # or "ndjson"
     stop_path: tuple[str, ...] = ("stop",)
+    # Whether the request's stop_regex and stop_arm_after apply (an OpenAI API's fields).
+    stop_rules = False
     tracks_text = False  # call on_sent() with each event sent that may carry text
     # The field numbering every event (Responses: "sequence_number"): the core keeps it
     # consecutive over the events it sends, those it writes included.
@@ -260,13 +262,15 @@ class Family:
 
 
 def cut_text(text: Any, automaton: StopAutomaton, include_stop: bool) -> tuple[str, str] | None:
-    """``text`` cut at its first stop and that stop, or ``None`` if no stop is in it."""
+    """``text`` cut at its first stop and that stop (for a regex stop, its pattern), or ``None``
+    if no stop is in it. ``automaton`` may be a :class:`~streamstop.StopRules` (regex stops,
+    ``arm_after``): anything whose ``find`` is :meth:`StopAutomaton.find`'s."""
     if not isinstance(text, str):
         return None
     match = automaton.find(text)
     if match is None:
         return None
-    return text[: match.end if include_stop else match.start], match.stop
+    return text[: match.end if include_stop else match.start], match.pattern or match.stop
 
 
 # -- the core ------------------------------------------------------------------------------------
@@ -297,11 +301,16 @@ class FamilyStream:
         include_stop: bool = False,
         max_line_bytes: int | None = None,
         max_event_bytes: int | None = None,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._family = family.fresh()
         # Whether events are split into pieces: not asked of families that never split.
         self._splits = type(family).split is not Family.split
         self._automaton = StopAutomaton.from_stops(stops)
+        # Regex stops and the marker: StopBuffer's (built once here for every slot).
+        self._patterns, self._arm_after = checked_rules(regex, max_match_chars, arm_after)
         self._n = n
         self._include_stop = bool(include_stop)
         self._sse = (
@@ -477,7 +486,10 @@ class FamilyStream:
         buffer = self._buffers.get(slot)
         if buffer is None:
             buffer = self._buffers[slot] = StopBuffer(
-                self._automaton, include_stop=self._include_stop
+                self._automaton,
+                include_stop=self._include_stop,
+                regex=self._patterns,
+                arm_after=self._arm_after,
             )
         piece: str | None = None
         if isinstance(text, str) and text:
@@ -489,7 +501,9 @@ class FamilyStream:
                 self._stop_strings[slot] = stop
                 if family.ends_all() or (self._n is not None and len(self._finished) >= self._n):
                     self._done = True
-                return family.cut(payload, slot, piece, stop)
+                # The cut names the stop that fired: for a regex stop, the pattern.
+                reason = buffer.stop_pattern or stop
+                return family.cut(payload, slot, piece, reason)
         if family.finishes(payload):
             self._finished.add(slot)
             if self._stop_strings and self._n is not None and len(self._finished) >= self._n:

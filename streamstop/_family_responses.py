@@ -141,6 +141,7 @@ class Responses(Family):
     """The Responses API: SSE with ``event:`` names and numbered events."""
 
     name = "responses"
+    stop_rules = True  # stop_regex and stop_arm_after, as on Chat Completions
     tracks_text = True
     sequence_field = "sequence_number"
 

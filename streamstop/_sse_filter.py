@@ -23,12 +23,12 @@ events becomes):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from . import _json
-from ._automaton import StopAutomaton, Stops
+from ._automaton import StopAutomaton, StopPatterns, Stops
 from ._chunks import NOT_USUAL, ChunkFilter
 from ._sse import (
     DONE_EVENT,
@@ -88,6 +88,9 @@ class SSEFilter:
     b'data: {"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop","stop_reason":"</s>"}]}\\n\\ndata: [DONE]\\n\\n'
     >>> sse.done
     True
+
+    ``regex``, ``max_match_chars`` and ``arm_after`` are :class:`~streamstop.StopBuffer`'s;
+    ``chunks.stop_patterns`` says which regex stop cut which choice.
     """  # noqa: E501
 
     __slots__ = (
@@ -112,8 +115,18 @@ class SSEFilter:
         include_usage: bool = False,
         max_line_bytes: int | None = None,
         max_event_bytes: int | None = None,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
-        self._chunks: ChunkFilter[Any] = ChunkFilter(stops, n=n, include_stop=include_stop)
+        self._chunks: ChunkFilter[Any] = ChunkFilter(
+            stops,
+            n=n,
+            include_stop=include_stop,
+            regex=regex,
+            max_match_chars=max_match_chars,
+            arm_after=arm_after,
+        )
         self._decoder = SSEDecoder(max_line_bytes=max_line_bytes, max_event_bytes=max_event_bytes)
         self._idle = True  # the decoder's idle, kept: read on every read, asked after a feed
         self._max_usual = self._decoder.usual_limit

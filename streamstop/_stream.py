@@ -9,10 +9,14 @@ per-token loop.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+from typing import TYPE_CHECKING
 
 from ._automaton import PASS_THROUGH, StopAutomaton, Stops
 from ._buffer import StopBuffer
 from ._lifecycle import AsyncSourceStream, SyncSourceStream
+
+if TYPE_CHECKING:
+    from ._automaton import StopPatterns
 
 __all__ = ["StopStream", "SyncStopStream"]
 
@@ -35,6 +39,12 @@ class _Filtered:
     def stop_string(self) -> str | None:
         """The stop that ended the stream, or ``None``."""
         return self._buffer.stop_string
+
+    @property
+    def stop_pattern(self) -> str | None:
+        """The regex stop whose match ended the stream (:attr:`stop_string` is the match), or
+        ``None``."""
+        return self._buffer.stop_pattern
 
     @property
     def held(self) -> str:
@@ -60,6 +70,9 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
 
     If the source raises, the error propagates and the text held at that moment is not emitted
     (it might have been the start of a stop); it stays readable as :attr:`held`.
+
+    ``regex``, ``max_match_chars`` and ``arm_after`` are :class:`StopBuffer`'s: regex stops, and
+    stops armed only once a marker has appeared.
     """
 
     def __init__(
@@ -69,6 +82,9 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
         *,
         include_stop: bool = False,
         errors: str = "strict",
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         if not hasattr(source, "__aiter__"):
             raise TypeError(
@@ -76,7 +92,14 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
                 f"{type(source).__name__}: {source!r}"
             )
         super().__init__(source)
-        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        self._buffer = StopBuffer(
+            stops,
+            include_stop=include_stop,
+            errors=errors,
+            regex=regex,
+            max_match_chars=max_match_chars,
+            arm_after=arm_after,
+        )
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
         # The per-token path of every stream. Most tokens arrive with nothing held and are known
@@ -125,6 +148,9 @@ class SyncStopStream(_Filtered, SyncSourceStream[str]):
     >>> pieces = SyncStopStream(["Hel", "lo</", "s>junk"], "</s>")
     >>> list(pieces), pieces.stop_string
     (['Hel', 'lo'], '</s>')
+    >>> pieces = SyncStopStream(["<think>Q: 1?</think>", "A.", " Q: 2"], "Q:", arm_after="</think>")
+    >>> list(pieces), pieces.stop_string
+    (['<think>Q: 1?</think>', 'A.', ' '], 'Q:')
 
     The source's iterator and the source are closed (``close()``, if they have one: generators
     do) on a stop, at the end, on an error, when the consumer leaves a ``with`` block, and from
@@ -138,6 +164,9 @@ class SyncStopStream(_Filtered, SyncSourceStream[str]):
         *,
         include_stop: bool = False,
         errors: str = "strict",
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        max_match_chars: int | None = None,
+        arm_after: str | None = None,
     ) -> None:
         if not hasattr(source, "__iter__") or isinstance(source, (str, bytes)):
             raise TypeError(
@@ -145,7 +174,14 @@ class SyncStopStream(_Filtered, SyncSourceStream[str]):
                 f"{type(source).__name__}: {source!r}"
             )
         super().__init__(source)
-        self._buffer = StopBuffer(stops, include_stop=include_stop, errors=errors)
+        self._buffer = StopBuffer(
+            stops,
+            include_stop=include_stop,
+            errors=errors,
+            regex=regex,
+            max_match_chars=max_match_chars,
+            arm_after=arm_after,
+        )
 
     def _iterate(self) -> Generator[str, None, None]:
         # The same loop as StopStream's.

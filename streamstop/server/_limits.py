@@ -36,6 +36,31 @@ class RequestLimits:
         default=65_536,
         metadata={"help": "characters in all of a request's stop strings together"},
     )
+    # Each regex stop is searched on every token over its window, so their number is the cost
+    # per token: SGLang's users send one or two.
+    max_stop_regex: int = field(
+        default=16,
+        metadata={"help": "regex stops per request (stop_regex)"},
+    )
+    max_stop_regex_length: int = field(
+        default=512,
+        metadata={"help": "characters in one regex stop's pattern"},
+    )
+    # The longest match a pattern may have is the window searched on each token and the most
+    # text held back: as long as a literal stop may be.
+    max_stop_regex_match_chars: int = field(
+        default=1024,
+        metadata={"help": "characters one regex stop may match (the width held back)"},
+    )
+    # An ordinary pattern searches a token in microseconds; one that backtracks catastrophically
+    # is stopped here, so that it stalls the event loop no longer than a slow read would.
+    max_stop_regex_ms: int = field(
+        default=50,
+        metadata={
+            "help": "milliseconds one search of a regex stop may take (past it the response"
+            " ends in error, code stop_regex_timeout)"
+        },
+    )
     # json.loads and json.dumps hold the GIL for 8-15 ms per MB of body in one C call (measured
     # on 2 shared cores; lists of token ids are the slowest), so no worker thread can keep a
     # larger body from stalling every stream: at 2 MiB the longest stall stays under 50 ms.

@@ -28,6 +28,13 @@ Rules of this module (the life cycle of one request lives here; the filtering in
   a 2xx ``application/json`` body is held, cut with :func:`~streamstop.chat.truncate_response`
   and sent with a new ``content-length``; anything else (errors, bodies in other encodings)
   passes through.
+- On the OpenAI paths (Responses too) ``stop_regex`` (a pattern or a list: regex stops,
+  SGLang's field; a cut's ``stop_reason`` names the pattern) and
+  ``stop_arm_after`` (a marker the stops wait for) are read and checked by
+  :func:`._request.parse_stop_rules` (400 naming the field); ``stop_regex`` is taken out of the
+  body as ``stop`` is, ``stop_arm_after`` always (no backend knows it). A pattern that times
+  out on the app's text ends a stream with an error event, a whole response with a 400 (code
+  ``stop_regex_timeout``).
 - The :class:`~streamstop.server._record.RequestRecord` of the scope, if any, gets the model, the
   number of stops, which stop fired and how many choices it cut.
 - Once every choice of a stream is over (``n`` is read from the request), ``data: [DONE]`` is
@@ -55,11 +62,12 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .. import _json
-from .._automaton import StopAutomaton
+from .._automaton import StopAutomaton, StopPatterns, StopPatternTimeout
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
 from .._sse_filter import SSEFilter
+from .._text import StopRules
 from ._asgi import (
     DISCONNECT_WATCHED,
     ASGIApp,
@@ -79,10 +87,12 @@ from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import (
+    STOP_RULE_FIELDS,
     InvalidRequest,
     include_usage,
     parse_body,
     parse_n,
+    parse_stop_rules,
     parse_stops,
     send_invalid,
     wants_stream,
@@ -108,6 +118,19 @@ _BUILD_IN_THREAD_CHARS = 1024
 # Above this size the body the app gets is the received one with ``stop`` cut out of the bytes
 # (when that is safe), not a re-encoding: the same JSON, without a second GIL-holding pass.
 _SPLICE_BYTES = 64 * 1024
+
+
+_REGEX_TIMEOUT = "stop_regex_timeout"
+
+
+def _timeout_in(error: BaseException) -> StopPatternTimeout | None:
+    """The regex stop's timeout that ``error`` is or was raised from, if any."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, StopPatternTimeout):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _caused_by(error: BaseException, cause: BaseException) -> bool:
@@ -252,7 +275,7 @@ class StopMiddleware:
         if record is not None:
             record.model = prepared.model
             record.stops = len(stops)
-        if not stops:
+        if not stops and prepared.patterns is None:
             await self.app(scope, _replay(body, receive), send)
             return
         if sum(map(len, stops)) > _BUILD_IN_THREAD_CHARS:
@@ -276,6 +299,8 @@ class StopMiddleware:
             record=record,
             send=send,
             family=family,
+            patterns=prepared.patterns,
+            arm_after=prepared.arm_after,
         )
         await exchange.run(scope, body, receive)
 
@@ -289,10 +314,18 @@ class StopMiddleware:
         if family is not None:
             return self._prepare_family(body, request, family, str(path), query)
         stops = parse_stops(request, self.limits)
-        if "stop" in request and not self.forward_stop:
-            del request["stop"]
-            # Cut out of the bytes when it can be: json.dumps of a large body holds the GIL.
-            cut = without_key(body, "stop") if len(body) > _SPLICE_BYTES else None
+        patterns, arm_after = parse_stop_rules(request, self.limits)
+        taken = [
+            key
+            for key in ("stop", *STOP_RULE_FIELDS)
+            if key in request and (key == "stop_arm_after" or not self.forward_stop)
+        ]
+        if taken:
+            cut: bytes | None = body if len(body) > _SPLICE_BYTES else None
+            for key in taken:
+                del request[key]
+                # Cut out of the bytes when it can be: json.dumps of a large body holds the GIL.
+                cut = without_key(cut, key) if cut is not None else None
             body = cut if cut is not None else _json.dumps(request)
         model = request.get("model")
         stream = wants_stream(request)
@@ -303,6 +336,8 @@ class StopMiddleware:
             choices=_expected_choices(request),
             stream=stream,
             include_usage=stream and include_usage(request),
+            patterns=patterns,
+            arm_after=arm_after,
         )
 
     def _prepare_family(
@@ -310,10 +345,25 @@ class StopMiddleware:
     ) -> _Prepared:
         param = ".".join(family.stop_path)
         stops = parse_stops({"stop": family.stops_value(request)}, self.limits, param=param)
-        refusal = family.refusal(request, path, query) if stops else None
+        patterns: StopPatterns | None = None
+        arm_after: str | None = None
+        taken: list[str] = []
+        if family.stop_rules:  # an OpenAI API's (Responses): stop_regex and stop_arm_after too
+            patterns, arm_after = parse_stop_rules(request, self.limits)
+            taken = [
+                key
+                for key in STOP_RULE_FIELDS
+                if key in request and (key == "stop_arm_after" or not self.forward_stop)
+            ]
+        refusal = family.refusal(request, path, query) if stops or patterns else None
         if refusal is not None:
             raise InvalidRequest(400, refusal, param=param, code="unsupported_stream_format")
-        if not self.forward_stop and family.remove_stops(request):
+        for key in taken:
+            del request[key]
+        removed = not self.forward_stop and family.remove_stops(request)
+        if taken:
+            body = _json.dumps(request)
+        elif removed:
             top = family.stop_path[0]
             cut = (
                 without_key(body, top)
@@ -328,6 +378,8 @@ class StopMiddleware:
             choices=family.slots(request),
             stream=family.streams(request, path),
             include_usage=False,
+            patterns=patterns,
+            arm_after=arm_after,
         )
 
 
@@ -341,6 +393,8 @@ class _Prepared:
     choices: int | None
     stream: bool
     include_usage: bool
+    patterns: StopPatterns | None = None  # stop_regex
+    arm_after: str | None = None  # stop_arm_after
 
 
 async def _send_invalid(send: Send, error: InvalidRequest, family: Family | None) -> None:
@@ -394,8 +448,12 @@ class _Exchange:
         record: RequestRecord | None,
         send: Send,
         family: Family | None = None,
+        patterns: StopPatterns | None = None,
+        arm_after: str | None = None,
     ) -> None:
         self._family = family
+        self._patterns = patterns
+        self._arm_after = arm_after
         self._app = app
         self._automaton = automaton
         self._n = n
@@ -436,9 +494,28 @@ class _Exchange:
         if error is not None:
             if self._send_error is not None and _caused_by(error, self._send_error):
                 return  # the client is gone: nobody to tell
+            timeout = _timeout_in(error)
+            if timeout is not None and not self._complete and not self._disconnected.is_set():
+                await self._pattern_timed_out(timeout)
+                return
             raise error
         if self._started and not self._complete and not self._disconnected.is_set():
             await self._finish_body(b"")
+
+    async def _pattern_timed_out(self, error: StopPatternTimeout) -> None:
+        """A regex stop timed out on the app's text (raised through the app's ``send``): the
+        text cannot be judged, so none of what is held goes out; the client is told."""
+        self._complete = True
+        self._streaming = None
+        message = f"Invalid 'stop_regex': {error}."
+        if self._mode == _SSE and self._sse is not None:
+            payload = error_payload(message, type="invalid_request_error", code=_REGEX_TIMEOUT)
+            data = self._sse.fail(payload)
+            await self._downstream({"type": "http.response.body", "body": data, "more_body": False})
+        elif self._mode == _JSON:  # nothing of the response is out yet
+            await send_error(
+                self._downstream, 400, message, param="stop_regex", code=_REGEX_TIMEOUT
+            )
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -589,6 +666,8 @@ class _Exchange:
                     include_usage=self._include_usage,
                     max_line_bytes=self._limits.max_sse_line_bytes,
                     max_event_bytes=self._limits.max_sse_event_bytes,
+                    regex=self._patterns,
+                    arm_after=self._arm_after,
                 )
             else:
                 self._sse = FamilyStream(
@@ -598,6 +677,8 @@ class _Exchange:
                     include_stop=self._include_stop,
                     max_line_bytes=self._limits.max_sse_line_bytes,
                     max_event_bytes=self._limits.max_sse_event_bytes,
+                    regex=self._patterns,
+                    arm_after=self._arm_after,
                 )
             if self._inflate is None:
                 self._streaming = self._sse
@@ -710,9 +791,18 @@ class _Exchange:
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, []
         if self._family is not None:
-            cut, fired = self._family.cut_whole(response, self._automaton, self._include_stop)
+            finder: Any = self._automaton
+            if self._patterns is not None or self._arm_after is not None:
+                finder = StopRules(self._automaton, regex=self._patterns, arm_after=self._arm_after)
+            cut, fired = self._family.cut_whole(response, finder, self._include_stop)
             return (_json.dumps(cut) if fired else body), fired
         if not isinstance(response, dict):
             return body, []
-        cut, fired = cut_response(response, self._automaton, include_stop=self._include_stop)
+        cut, fired = cut_response(
+            response,
+            self._automaton,
+            include_stop=self._include_stop,
+            regex=self._patterns,
+            arm_after=self._arm_after,
+        )
         return (_json.dumps(cut) if fired else body), fired

@@ -12,7 +12,9 @@ Rules of this module (everything about what a client may send lives here; no I/O
 - Every refusal is an :class:`InvalidRequest` carrying the status (400, 413) and the field it is
   about (``param``), answered in the OpenAI error shape; the message names the value or the limit.
 - Only the fields this package reads are checked: ``stop``, ``n``, ``stream``,
-  ``stream_options``, ``prompt`` and ``messages`` (their type, not their content).
+  ``stream_options``, ``prompt`` and ``messages`` (their type, not their content); and
+  ``stop_regex`` (SGLang's name: a pattern or a list of them) and ``stop_arm_after`` (a marker
+  the stops wait for) by :func:`parse_stop_rules`, for every OpenAI path that takes them.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ import re
 from typing import Any
 
 from .. import _json
+from .._automaton import INSTALL_HINT, StopPatterns, pattern_width
 from .._chunks import is_choice_count
 from ._asgi import Send, send_error
 from ._limits import RequestLimits
 
 __all__ = [
+    "STOP_RULE_FIELDS",
     "InvalidRequest",
     "describe",
     "include_usage",
     "parse_body",
     "parse_n",
+    "parse_stop_rules",
     "parse_stops",
     "send_invalid",
     "wants_stream",
@@ -190,6 +195,77 @@ def parse_stops(
             param=param,
         )
     return stops
+
+
+# The request fields of regex and gated stops, taken out of the request like ``stop``.
+STOP_RULE_FIELDS = ("stop_regex", "stop_arm_after")
+
+
+def parse_stop_rules(
+    request: dict[str, Any], limits: RequestLimits
+) -> tuple[StopPatterns | None, str | None]:
+    """The request's ``stop_regex`` built (``None`` if absent or empty) and its
+    ``stop_arm_after`` (``None`` if absent or empty), within ``limits``; else
+    :class:`InvalidRequest` naming the field: 400 for a value that is wrong (of the wrong type,
+    over a limit, not a pattern, or a pattern whose matches have no longest length), 501 when
+    this server lacks the ``regex`` extra."""
+    marker = request.get("stop_arm_after")
+    if marker is not None:
+        if not isinstance(marker, str):
+            raise _wrong_type("stop_arm_after", "a string", marker)
+        if len(marker) > limits.max_stop_length:
+            raise _over(
+                "max_stop_length",
+                limits.max_stop_length,
+                f"a marker of {len(marker)} characters",
+                "stop_arm_after",
+            )
+        if _has_lone_surrogate(marker):
+            raise InvalidRequest(
+                400, "Invalid 'stop_arm_after': it holds a lone surrogate.", param="stop_arm_after"
+            )
+    value = request.get("stop_regex")
+    if value is None:
+        return None, marker or None
+    param = "stop_regex"
+    if isinstance(value, str):
+        patterns: tuple[str, ...] = (value,) if value else ()
+    elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+        patterns = tuple(dict.fromkeys(item for item in value if item))
+    else:
+        raise _wrong_type(param, "a string or an array of strings", value)
+    if not patterns:
+        return None, marker or None
+    if len(patterns) > limits.max_stop_regex:
+        raise _over("max_stop_regex", limits.max_stop_regex, f"{len(patterns)} patterns", param)
+    widest = limits.max_stop_regex_match_chars
+    for item in patterns:
+        if len(item) > limits.max_stop_regex_length:
+            raise _over(
+                "max_stop_regex_length",
+                limits.max_stop_regex_length,
+                f"a pattern of {len(item)} characters ({describe(item, 40)})",
+                param,
+            )
+        try:
+            width = pattern_width(item)
+        except ValueError as error:
+            raise InvalidRequest(
+                400, f"Invalid '{param}': {error}.", param=param, code="invalid_stop_regex"
+            ) from None
+        if width > widest:
+            raise _over(
+                "max_stop_regex_match_chars",
+                widest,
+                f"a pattern that matches up to {width} characters ({describe(item, 40)})",
+                param,
+            )
+    try:
+        return StopPatterns(patterns, timeout=limits.max_stop_regex_ms / 1000), marker or None
+    except ImportError:
+        raise InvalidRequest(
+            501, f"This server cannot apply '{param}': {INSTALL_HINT}.", param=param
+        ) from None
 
 
 def _over(limit: str, value: int, what: str, param: str = "stop") -> InvalidRequest:

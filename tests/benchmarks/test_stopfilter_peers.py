@@ -213,5 +213,6 @@ def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     table = (tmp_path / "stopfilter.md").read_text(encoding="utf-8")
     assert "QUICK" in table
     assert "o200k_base" in table
+    assert "## Regex and gated stops, per token" in table
     for plot in ("per_token", "long_running", "async"):
         assert (tmp_path / f"stopfilter_{plot}.png").stat().st_size > 0

@@ -52,6 +52,9 @@ def test_signatures_of_the_contract() -> None:
         parameters = inspect.signature(cls).parameters
         assert parameters["include_stop"].kind is inspect.Parameter.KEYWORD_ONLY
         assert parameters["include_stop"].default is False
+        # The issue's contract for regex stops (issue 22).
+        assert parameters["regex"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert parameters["regex"].default is None
 
 
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)
