@@ -10,6 +10,7 @@ from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
 from ._stream import StopStream, SyncStopStream
 from ._text import split_safe, truncate
+from ._version import __version__ as __version__
 
 __all__ = [
     "PASS_THROUGH",
