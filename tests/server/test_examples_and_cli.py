@@ -29,6 +29,7 @@ from streamstop.server._commands import (
     client_keys,
     connection_limit,
     env_name,
+    flags_of,
     settings_of,
 )
 from streamstop.server._limits import RequestLimits
@@ -210,7 +211,8 @@ def test_without_the_server_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
     assert main(["serve", "--port", "0"]) == 2
-    assert "pip install 'streamstop[server]'" in capsys.readouterr().err
+    hint = "pip install 'streamstop[server]' (from a clone: pip install -e '.[server]')"
+    assert hint in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "httpx", None)
     assert main(["proxy", "--upstream", "http://localhost:1/v1"]) == 2
     assert "uvicorn and httpx" in capsys.readouterr().err
@@ -312,13 +314,17 @@ def test_help_names_every_variable(command: str, capsys: pytest.CaptureFixture[s
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     args = build_parser().parse_args([command])
     plural = {"client_key", "route"}
-    for action in args.parser._actions:
-        if action.option_strings and action.dest != "help":
-            assert f"[env {env_name(action)}]" in shown, action.dest
-            expected = f"STREAMSTOP_{action.dest.upper()}" + ("S" if action.dest in plural else "")
-            if action.dest == "api_key":  # documented before the rule
-                expected = "STREAMSTOP_UPSTREAM_API_KEY"
-            assert env_name(action) == expected
+    flags = flags_of(args.parser)
+    assert {flag for action in flags for flag in action.option_strings} >= {"--port", "--host"}
+    for action in flags:
+        assert f"[env {env_name(action)}]" in shown, action.dest
+        expected = f"STREAMSTOP_{action.dest.upper()}" + ("S" if action.dest in plural else "")
+        if action.dest == "api_key":  # documented before the rule
+            expected = "STREAMSTOP_UPSTREAM_API_KEY"
+        assert env_name(action) == expected
+    # Every flag shown by --help is a setting, but --help itself.
+    shown_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", shown)) - {"--help"}
+    assert shown_flags == {flag for action in flags for flag in action.option_strings}
 
 
 BAD_ENV = {
@@ -471,13 +477,13 @@ def test_the_deployment_section_names_real_flags_and_variables() -> None:
         readme.index("<!-- deployment:begin -->") : readme.index("<!-- deployment:end -->")
     ]
     parsers = [build_parser().parse_args([command]).parser for command in ("serve", "proxy")]
-    actions = [action for parser in parsers for action in parser._actions]
+    actions = [action for parser in parsers for action in flags_of(parser)]
     flags = {option for action in actions for option in action.option_strings}
-    variables = {env_name(action) for action in actions if action.option_strings}
+    variables = {env_name(action) for action in actions}
     named_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", section))
     named_variables = set(re.findall(r"STREAMSTOP_[A-Z_]+", section))
     assert len(named_flags) >= 10
-    assert named_flags <= flags
+    assert named_flags - {"--help"} <= flags
     assert named_variables <= variables
     assert {"/health", "/ready", "/metrics"} <= set(re.findall(r"/[a-z]+", section))
 
