@@ -1,4 +1,4 @@
-"""The README section and the examples, run for real; ``streamstop serve`` and ``proxy`` as
+"""The handbook's server pages and the examples, run for real; ``streamstop serve`` and ``proxy`` as
 processes; and the core staying importable (``filter``, ``demo``) without the server extra."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ from streamstop.server._commands import (
 )
 from streamstop.server._limits import RequestLimits
 
+from ..handbook import blocks, handbook
 from .conftest import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,14 +43,14 @@ EXAMPLES = ROOT / "examples"
 
 
 def readme_blocks() -> tuple[str, list[tuple[str, str]]]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("<!-- server:begin -->") : readme.index("<!-- server:end -->")]
+    """The server pages of the handbook (moved from the README's server section)."""
+    section = handbook("server.md", "families/openai.md", "middleware.md")
     return section, re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
 
 
 def test_readme_doctests() -> None:
     section, _ = readme_blocks()
-    test = doctest.DocTestParser().get_doctest(section, {}, "README.md[server]", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(section, {}, "docs[server]", "docs", 0)
     assert len(test.examples) >= 8
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
@@ -187,6 +189,32 @@ def test_proxy_command(upstream_server: LiveServer) -> None:
     finally:
         code, _, err = interrupt(process)
     assert code == 0, err
+
+
+def test_the_readme_proxy_example_prints_what_the_readme_says() -> None:
+    """The README's second use: its command, then its client, against a real upstream."""
+    found = blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    (position,) = [i for i, (_, code) in enumerate(found) if "OpenAI(base_url=" in code]
+    (command_kind, command), (_, code), (shown_kind, shown) = found[position - 1 : position + 2]
+    assert (command_kind, shown_kind) == ("bash", "text")
+    argv = shlex.split(command)
+    assert argv[:2] == ["streamstop", "proxy"]
+    flags = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert set(flags) == {"--upstream", "--port"}
+    upstream, upstream_url, _ = start("serve", "--delay", "0")
+    try:
+        proxy, proxy_url, _ = start("proxy", "--upstream", upstream_url)
+        try:
+            code = code.replace('base_url="http://127.0.0.1:8000/v1"', f'base_url="{proxy_url}"')
+            assert proxy_url in code
+            result = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+            )
+        finally:
+            interrupt(proxy)
+    finally:
+        interrupt(upstream)
+    assert result.stdout == shown
 
 
 def test_serve_on_a_busy_port(echo_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
@@ -472,10 +500,8 @@ def test_dockerfile() -> None:
 
 
 def test_the_deployment_section_names_real_flags_and_variables() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[
-        readme.index("<!-- deployment:begin -->") : readme.index("<!-- deployment:end -->")
-    ]
+    page = handbook("deployment.md")
+    section = page[page.index("<!-- deployment:begin -->") : page.index("<!-- deployment:end -->")]
     parsers = [build_parser().parse_args([command]).parser for command in ("serve", "proxy")]
     actions = [action for parser in parsers for action in flags_of(parser)]
     flags = {option for action in actions for option in action.option_strings}
