@@ -13,8 +13,9 @@
 The suite runs in random order (pytest-randomly; ``-p randomly --randomly-seed=N`` replays an
 order, ``-p no:randomly`` keeps the file's), and Hypothesis is derandomized under CI. With
 ``-n auto`` (pytest-xdist, ``--dist loadgroup``) it runs on every core; the tests of one
-``xdist_group`` run in one worker, one at a time: the benchmark scripts' runs (``"heavy"``),
-each of which loads the CPU for seconds, are grouped so that no two of them share a moment.
+``xdist_group`` run in one worker, one at a time: the load tests (``"load"``: many
+streams or half-open connections at once, each under its own timeouts) are grouped so that no
+two of them share a moment and push each other past their timeouts.
 
 The tests of the benchmark scripts need the ``benchmarks`` extra (the peers, the plotting);
 without it, as after the README's test command (the ``test`` extra), they are skipped, saying

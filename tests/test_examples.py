@@ -10,9 +10,9 @@ Each file in examples/ opens with a docstring holding four lines:
 The install lines are checked against what the example imports: every package it imports that
 is not the standard library's must be installed by the extras and packages named (their
 requirements included, as pip resolves them). Then each example runs as its lines say: offline,
-against ``streamstop serve`` started as its Start line says (on a free port), or, for the one that
-is a server, started on a free port and sent a request. Each extra is checked the same way
-against the integration it is for.
+against ``streamstop serve`` started as its Start line says (on a free port), or, for the one
+that is a server, started as a process on a free port and sent a request. Each extra is checked
+the same way against the integration it is for.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -193,18 +194,16 @@ def test_each_extra_installs_what_its_integration_imports(extra: str) -> None:
 # -- running them ------------------------------------------------------------------------------
 
 
-def run(name: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+def run(name: str, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the example as ``python examples/NAME.py`` would (as ``__main__``, with ``env``), in
+    this process: its imports were checked against its install line above, and the
+    interpreter's start (a second or more, importing LlamaIndex) is paid once."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        patch.chdir(ROOT)
+        runpy.run_path(str(ROOT / "examples" / name), run_name="__main__")
+    return capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
@@ -227,15 +226,15 @@ def serve() -> Iterator[str]:
         process.communicate(timeout=30)
 
 
-def run_offline(name: str, serve_url: str) -> str:
-    return run(name)
+def run_offline(name: str, serve_url: str, capsys: pytest.CaptureFixture[str]) -> str:
+    return run(name, {}, capsys)
 
 
-def run_against_serve(name: str, serve_url: str) -> str:
-    return run(name, {"OPENAI_BASE_URL": serve_url, "OPENAI_API_KEY": "unused"})
+def run_against_serve(name: str, serve_url: str, capsys: pytest.CaptureFixture[str]) -> str:
+    return run(name, {"OPENAI_BASE_URL": serve_url, "OPENAI_API_KEY": "unused"}, capsys)
 
 
-def run_the_server(name: str, serve_url: str) -> str:
+def run_the_server(name: str, serve_url: str, capsys: pytest.CaptureFixture[str]) -> str:
     """Start the example (a server) on a free port, as uvicorn reports it; ask it once."""
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / name)],
@@ -282,12 +281,14 @@ RUNNERS = {
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_the_example_runs_as_its_docstring_says(name: str, request: pytest.FixtureRequest) -> None:
+def test_the_example_runs_as_its_docstring_says(
+    name: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
     doc = docstring_of(name)
     runner, shown = RUNNERS[name]
     # The Start line and the way the test runs it agree.
     assert (runner is run_against_serve) == doc.start.startswith("streamstop serve"), doc.start
     assert (runner is run_the_server) == doc.start.startswith("nothing: this is the server")
     url = request.getfixturevalue("serve") if runner is run_against_serve else ""
-    output = runner(name, url)
+    output = runner(name, url, capsys)
     assert shown in output, output

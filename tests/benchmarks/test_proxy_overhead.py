@@ -19,8 +19,6 @@ sys.path.insert(0, str(BENCHMARKS))
 import proxy_overhead  # noqa: E402
 
 
-# A benchmark run: seconds of full CPU, never beside another (tests/conftest.py).
-@pytest.mark.xdist_group("heavy")
 def test_quick_run_reports_cpu_latency_and_memory(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "proxy_overhead.py"), "--quick", "--out", str(tmp_path)],

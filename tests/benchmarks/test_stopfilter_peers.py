@@ -200,8 +200,6 @@ def test_the_ac_peer_with_prefixes_holds_in_one_scan() -> None:
     assert peer.flush() == ""
 
 
-# A benchmark run: seconds of full CPU, never beside another (tests/conftest.py).
-@pytest.mark.xdist_group("heavy")
 def test_quick_run_writes_the_table_and_plots(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "stopfilter.py"), "--quick", "--out", str(tmp_path)],

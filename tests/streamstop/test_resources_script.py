@@ -21,8 +21,6 @@ _NO_TOKENS = {"tokens": 0, "distinct": 0, "code": 0, "stop_set": ""}
 TINY = script.Config(scale=1_000, builds=1, tokens=0, window=300, budgets=(6_000,), rounds=1)
 
 
-# A benchmark run: seconds of full CPU, never beside another (tests/conftest.py).
-@pytest.mark.xdist_group("heavy")
 def test_every_section_runs_and_reports() -> None:
     # The hostile sets, cut down (the typical ones are the same code on other strings).
     sets = {
