@@ -33,7 +33,7 @@ from streamstop.server._commands import (
     flags_of,
     settings_of,
 )
-from streamstop.server._limits import RequestLimits
+from streamstop.server._limits import RequestLimits, set_by
 
 from ..handbook import blocks, handbook
 from .conftest import LiveServer
@@ -333,6 +333,17 @@ def test_every_request_limit_is_a_flag_and_a_variable() -> None:
             assert settings([command], {})[item.name] == item.default
             assert settings([command, flag, "7"], {variable: "9"})[item.name] == 7
             assert settings([command], {variable: "9"})[item.name] == 9
+
+
+def test_a_limits_refusal_names_the_flag_and_the_variable_that_set_it() -> None:
+    for command in ("serve", "proxy"):
+        flags = flags_of(build_parser().parse_args([command]).parser)
+        by_dest = {action.dest: action for action in flags}
+        for item in fields(RequestLimits):
+            action = by_dest[item.name]
+            assert set_by(item.name) == (
+                f"set by the server's {action.option_strings[0]} or {env_name(action)}"
+            )
 
 
 @pytest.mark.parametrize("command", ["serve", "proxy"])

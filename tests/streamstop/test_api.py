@@ -18,7 +18,7 @@ from ..handbook import handbook
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text"]
+PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text", "_extras", "_version"]
 
 
 def test_public_names() -> None:
