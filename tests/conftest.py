@@ -12,7 +12,7 @@
 
 The suite runs in random order (pytest-randomly; ``-p randomly --randomly-seed=N`` replays an
 order, ``-p no:randomly`` keeps the file's), and Hypothesis is derandomized under CI. With
-``-n auto`` (pytest-xdist, ``--dist loadgroup``) it runs on every core; the tests of one
+``-n 4`` (pytest-xdist, ``--dist loadgroup``) it runs in 4 processes; the tests of one
 ``xdist_group`` run in one worker, one at a time: the load tests (``"load"``: many
 streams or half-open connections at once, each under its own timeouts) are grouped so that no
 two of them share a moment and push each other past their timeouts.

@@ -85,3 +85,18 @@ def test_the_site_names_no_missing_page() -> None:
         if line.strip().startswith("- ") and line.rstrip().endswith(".md"):
             page = line.rsplit(": ", 1)[1].strip()
             assert page in generated or Path(ROOT / "docs" / page).is_file(), page
+
+
+def test_ci_runs_the_readmes_test_and_docs_commands() -> None:
+    """.ci/run holds the README's commands as they are written, from their ``pip install``."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [
+        line[line.index("pip install") :]
+        for _, block in blocks(readme)
+        for line in block.splitlines()
+        if "python -m pytest" in line or "mkdocs build" in line
+    ]
+    assert len(commands) == 2
+    for command in commands:
+        assert command in ci, command
