@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY streamstop ./streamstop
 COPY ragstitch ./ragstitch
 RUN pip install ".[server,metrics,fast]" && useradd --system --uid 10001 --no-create-home streamstop

@@ -5,7 +5,10 @@ on past the end of the assistant's turn, as models do. The filter shows the answ
 arrives, cuts at "<|im_end|>" although the marker is split across three tokens, and closes the
 generator so that the "model" stops generating.
 
-    python examples/async_stream.py
+Install, from a clone:   pip install -e .
+Install, once published: pip install streamstop
+Start:                   nothing (offline: a generator stands in for the model)
+Run:                     python examples/async_stream.py
 """
 
 from __future__ import annotations

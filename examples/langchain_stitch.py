@@ -6,7 +6,10 @@ in reading order). `StitchCompressor` lays them out in document order, pastes ea
 passage once, and fits them in 740 o200k_base tokens (`bpe-openai`, offline). In a chain, pass
 it to `ContextualCompressionRetriever(base_compressor=..., base_retriever=...)`.
 
-Run: python examples/langchain_stitch.py (needs the `langchain` and `tokenizers` extras).
+Install, from a clone:   pip install -e '.[langchain,tokenizers]' langchain-text-splitters
+Install, once published: pip install 'streamstop[langchain,tokenizers]' langchain-text-splitters
+Start:                   nothing (offline: o200k_base ships with bpe-openai)
+Run:                     python examples/langchain_stitch.py
 """
 
 from __future__ import annotations

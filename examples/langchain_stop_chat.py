@@ -4,10 +4,13 @@
 is complete and the model's own stream is closed, so it stops generating. The stops stay here:
 the provider's cap on their number (OpenAI: 4) does not apply.
 
-Start the built-in echo model in another terminal (``streamstop serve``), or point
-OPENAI_BASE_URL (and MODEL) at any OpenAI-compatible server, then:
+It talks to the built-in echo model; or point OPENAI_BASE_URL (and MODEL) at any
+OpenAI-compatible server.
 
-    python examples/langchain_stop_chat.py
+Install, from a clone:   pip install -e '.[server,langchain]' langchain-openai
+Install, once published: pip install 'streamstop[server,langchain]' langchain-openai
+Start:                   streamstop serve (in another terminal)
+Run:                     python examples/langchain_stop_chat.py
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ returns nodes around a passage with scores, best first. `StitchPostprocessor` la
 document order, pastes each shared passage once, and fits them in 600 o200k_base tokens
 (`bpe-openai`, offline). In a query engine, pass it in `node_postprocessors=[...]`.
 
-Run: python examples/llamaindex_stitch.py (needs the `llamaindex` and `tokenizers` extras).
+Install, from a clone:   pip install -e '.[llamaindex,tokenizers]'
+Install, once published: pip install 'streamstop[llamaindex,tokenizers]'
+Start:                   nothing (offline: o200k_base ships with bpe-openai)
+Run:                     python examples/llamaindex_stitch.py
 """
 
 from __future__ import annotations

@@ -5,10 +5,13 @@ Here the stops stay with the client: ChunkStream filters the client's own chunk 
 arrive, holds back only what could still become a stop, and closes the stream once the choice
 is cut, so that the server stops generating.
 
-Start the built-in echo model in another terminal (``streamstop serve``), or point
-OPENAI_BASE_URL (and MODEL) at any OpenAI-compatible server, then:
+It talks to the built-in echo model; or point OPENAI_BASE_URL (and MODEL) at any
+OpenAI-compatible server.
 
-    python examples/openai_stream_filter.py
+Install, from a clone:   pip install -e '.[server]' openai
+Install, once published: pip install 'streamstop[server]' openai
+Start:                   streamstop serve (in another terminal)
+Run:                     python examples/openai_stream_filter.py
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ assembles them in document order: neighbours share 24 tokens, which are pasted a
 once. The records say where each chunk landed (its characters in the context), so a passage of
 the context can be traced back to its sources.
 
-Run: python examples/ragstitch_citations.py (offline; the default WordTokenizer).
+Install, from a clone:   pip install -e .
+Install, once published: pip install streamstop
+Start:                   nothing (offline: the default WordTokenizer)
+Run:                     python examples/ragstitch_citations.py
 """
 
 from __future__ import annotations

@@ -1,19 +1,25 @@
 """StopMiddleware in a Starlette app: stops of any number for any OpenAI-style endpoint.
 
 The app is a toy model server that knows nothing of stops and, like real models, runs on past
-the end of its turn. One line adds the middleware (FastAPI is the same:
-``app.add_middleware(StopMiddleware)``); clients then send ``stop`` as usual, with as many
-strings as they like, streaming or not.
+the end of its turn. One line adds the middleware, ``app.add_middleware(StopMiddleware)`` (the
+same in FastAPI); clients then send ``stop`` as usual, with as many strings as they like,
+streaming or not.
 
-    python examples/starlette_middleware.py
-    curl -N http://127.0.0.1:8001/v1/chat/completions -H 'Content-Type: application/json' \
-      -d '{"model": "toy", "stream": true, "stop": ["\n\nUser:"],
+Install, from a clone:   pip install -e '.[server]' starlette
+Install, once published: pip install 'streamstop[server]' starlette
+Start:                   nothing: this is the server (on 127.0.0.1:8001, or $PORT)
+Run:                     python examples/starlette_middleware.py
+Then, from another terminal:
+
+    curl -N http://127.0.0.1:8001/v1/chat/completions -H 'Content-Type: application/json' \\
+      -d '{"model": "toy", "stream": true, "stop": ["User:"],
            "messages": [{"role": "user", "content": "hello"}]}'
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -67,4 +73,4 @@ app.add_middleware(StopMiddleware)
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=8001)
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8001")))

@@ -1,6 +1,12 @@
 """Filter a plain (synchronous) token iterator with SyncStopStream.
 
-python examples/sync_stream.py
+The "model" hands out raw bytes, three at a time, so a multi-byte character arrives cut in two:
+the filter decodes it whole and cuts at the stop.
+
+Install, from a clone:   pip install -e .
+Install, once published: pip install streamstop
+Start:                   nothing (offline: a generator stands in for the model)
+Run:                     python examples/sync_stream.py
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ the tokenizer's tokens, optionally laid out in document order)::
 output tokens it contributed.
 """
 
+# One version for the distribution that ships both packages (streamstop/_version.py).
+from streamstop._version import __version__ as __version__
+
 from ._astitch import astitch, astitch_result
 from ._chunk import Chunk, HasText, HasTokens, TextChunk
 from ._overlap import overlap

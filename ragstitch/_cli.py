@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from streamstop._version import __version__
+
 from ._chunk import Chunk, TextChunk
 from ._errors import describe
 from ._result import ChunkRecord, StitchResult
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
             "character offset there, for --order document)."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "file", nargs="?", default="-", help="JSON lines of chunks (default: stdin, also '-')"
     )

@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
+from streamstop._extras import install_hint
+
 from ._errors import describe
 
 __all__ = [
@@ -141,7 +143,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
             tokenizers = importlib.import_module("tokenizers")
         except ImportError:
             raise ValueError(
-                f"tokenizer {spec!r} is a tokenizer.json, which needs the 'tokenizers' package"
+                f"tokenizer {spec!r} is a tokenizer.json, which needs the 'tokenizers' package, "
+                f"from the tokenizers extra: {install_hint('tokenizers')}"
             ) from None
         try:
             return cast(Tokenizer, tokenizers.Tokenizer.from_file(spec))
@@ -164,9 +167,12 @@ def load_tokenizer(spec: str) -> Tokenizer:
                 failures.append(f"{package}: {error}")
                 continue
         return cast(Tokenizer, _Ordinary(encoding))
+    hint = ""
+    if all(failure.endswith(" is not installed") for failure in failures):
+        hint = f"; an encoding needs the tokenizers extra: {install_hint('tokenizers')}"
     raise ValueError(
         f"unknown tokenizer {spec!r}: not 'word', an encoding name such as 'o200k_base' or a "
-        f"path to a tokenizer.json ({'; '.join(failures)})"
+        f"path to a tokenizer.json ({'; '.join(failures)}){hint}"
     )
 
 

@@ -25,9 +25,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import Callbacks
-from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import ConfigDict, Field
+from streamstop._extras import missing_extra
+
+try:
+    from langchain_core.callbacks import Callbacks
+    from langchain_core.documents import BaseDocumentCompressor, Document
+    from pydantic import ConfigDict, Field
+except ImportError as error:  # the langchain extra is not installed
+    raise ImportError(
+        missing_extra("ragstitch.langchain", "langchain-core", "langchain")
+    ) from error
 
 from ._provenance import SOURCES_KEY, segment_sources, stitch_for
 from ._stitcher import DEFAULT_MAX_IDLE, Order

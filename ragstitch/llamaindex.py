@@ -16,15 +16,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_index.core.bridge.pydantic import Field
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import (
-    NodeRelationship,
-    NodeWithScore,
-    QueryBundle,
-    RelatedNodeInfo,
-    TextNode,
-)
+from streamstop._extras import missing_extra
+
+try:
+    from llama_index.core.bridge.pydantic import Field
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+    from llama_index.core.schema import (
+        NodeRelationship,
+        NodeWithScore,
+        QueryBundle,
+        RelatedNodeInfo,
+        TextNode,
+    )
+except ImportError as error:  # the llamaindex extra is not installed
+    message = missing_extra("ragstitch.llamaindex", "llama-index-core", "llamaindex")
+    raise ImportError(message) from error
 
 from ._provenance import SOURCES_KEY, segment_sources, stitch_for
 from ._stitcher import DEFAULT_MAX_IDLE, Order

@@ -18,6 +18,7 @@ from ._automaton import (
 from ._buffer import StopBuffer
 from ._stream import StopStream, SyncStopStream
 from ._text import StopRules, find_stop, split_safe, truncate
+from ._version import __version__ as __version__
 
 __all__ = [
     "PASS_THROUGH",

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from ._buffer import StopBuffer
 from ._pieces import token_pieces
 from ._stream import SyncStopStream
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -116,6 +117,7 @@ def build_parser(*, server: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamstop", description="Incremental stop-string filtering for LLM token streams."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     filter_parser = commands.add_parser(
@@ -140,7 +142,7 @@ def build_parser(*, server: bool = True) -> argparse.ArgumentParser:
     filter_parser.add_argument(
         "-v", "--verbose", action="store_true", help="say on stderr which stop matched"
     )
-    filter_parser.set_defaults(handler=_run_filter)
+    filter_parser.set_defaults(handler=_run_filter, parser=filter_parser)
 
     demo_parser = commands.add_parser(
         "demo", help="stream a built-in sample completion through the filter"
@@ -152,7 +154,7 @@ def build_parser(*, server: bool = True) -> argparse.ArgumentParser:
     demo_parser.add_argument(
         "--delay", type=float, default=0.03, help="seconds between tokens (default 0.03)"
     )
-    demo_parser.set_defaults(handler=_run_demo)
+    demo_parser.set_defaults(handler=_run_demo, parser=demo_parser)
 
     if server:
         # Registers `serve` and `proxy`; their dependencies (the `server` extra) load only when
@@ -170,7 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # The command is the first argument: the top-level parser has no option that takes a value.
     server = bool(argv) and argv[0] in SERVER_COMMANDS
-    args = build_parser(server=server).parse_args(argv)
+    parser = build_parser(server=server)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse reports a command's unknown flag with the top-level usage, which does not
+        # list the command's flags; the command's own usage does. (A flag before the command
+        # is the top level's.)
+        owner = args.parser if argv[0] == args.command else parser
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.handler(args))
     except UnicodeDecodeError as error:

@@ -36,8 +36,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
-from langchain_core.runnables import Runnable, RunnableConfig
+from ._extras import missing_extra
+
+try:
+    from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
+    from langchain_core.runnables import Runnable, RunnableConfig
+except ImportError as error:  # the langchain extra is not installed
+    raise ImportError(
+        missing_extra("streamstop.langchain", "langchain-core", "langchain")
+    ) from error
 
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer

@@ -1,4 +1,5 @@
-"""The layout shown in the README names every module of the two packages, and nothing else."""
+"""The layout shown in the handbook (docs/development.md) names every module of the two
+packages, and nothing else."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def layout_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Layout\n", 1)[1]
+    page = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    section = page.split("## Layout\n", 1)[1]
     return section.split("```\n", 2)[1]
 
 
-def test_the_readme_layout_names_every_module() -> None:
+def test_the_handbook_layout_names_every_module() -> None:
     named: set[str] = set()
     package = ""
     for line in layout_block().splitlines():

@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 import anyio
 
 from .. import _json
+from ._limits import set_by
 
 __all__ = [
     "DISCONNECT_WATCHED",
@@ -126,13 +127,22 @@ async def send_error(
     await send_json(send, status, payload, headers=headers)
 
 
-async def read_body_or_413(receive: Receive, send: Send, limit: int) -> bytes | None:
+async def read_body_or_413(
+    receive: Receive, send: Send, limit: int, setting: str = "max_body_bytes"
+) -> bytes | None:
     """The whole request body, or ``None`` when there is no request to serve: the client
-    disconnected first, or the body was larger than ``limit`` and a 413 has been sent."""
+    disconnected first, or the body was larger than ``limit`` and a 413 has been sent, naming
+    the limit's ``setting`` (a field of :class:`~streamstop.server.RequestLimits`)."""
     try:
         return await read_body(receive, limit)
     except BodyTooLarge as error:
-        await send_error(send, 413, f"Request body too large: the limit is {error.limit} bytes.")
+        await send_error(
+            send,
+            413,
+            f"Request body too large: the limit is {setting}={error.limit} bytes, "
+            f"{set_by(setting)}.",
+            code=f"{setting}_exceeded",
+        )
         return None
 
 

@@ -29,6 +29,7 @@ from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any
 
 from .._cli import SERVER_COMMANDS
+from .._extras import install_hint
 from ._limits import RequestLimits
 
 if TYPE_CHECKING:
@@ -41,10 +42,11 @@ __all__ = [
     "client_keys",
     "connection_limit",
     "env_name",
+    "flags_of",
     "settings_of",
 ]
 
-_INSTALL_HINT = "pip install 'streamstop[server]'"
+_INSTALL_HINT = install_hint("server")
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 # The settings of a multi-worker server, for its workers (not a flag: set by the parent).
 CONFIG_ENV = "_STREAMSTOP_WORKER_SETTINGS"
@@ -115,26 +117,81 @@ def _positive(value: str) -> int:
     return number
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    parser.add_argument(
-        "--port", type=_port, default=8000, help="port to listen on (8000; 0 picks a free one)"
+class _Append(argparse.Action):
+    """A repeatable flag (as ``action="append"``): its values in a list, ``None`` if not given.
+
+    Our own class, so that the settings can tell a list from a single value without reading
+    argparse's private classes; its variable takes a comma-separated list.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), values])
+
+
+class _Switch(argparse.Action):
+    """A flag without a value that turns a setting on (as ``action="store_true"``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, True)
+
+
+class _Flags(list[argparse.Action]):
+    """The flags of one command, in the order they are added: each is a setting, with a
+    variable. Kept on the parser as its default ``flags`` (:func:`flags_of`), so nothing reads
+    argparse's private list of actions."""
+
+    def add(self, container: Any, *names: str, **options: Any) -> None:
+        """``container.add_argument(*names, **options)`` (a parser or a group), recorded."""
+        self.append(container.add_argument(*names, **options))
+
+
+def flags_of(parser: argparse.ArgumentParser) -> tuple[argparse.Action, ...]:
+    """The flags of ``serve`` or ``proxy`` (``--help`` and ``--version`` are no settings)."""
+    flags = parser.get_default("flags")
+    if not isinstance(flags, tuple):
+        raise TypeError(f"{parser.prog!r} is not a server command: it has no settings")
+    return flags
+
+
+def _add_common(parser: argparse.ArgumentParser, flags: _Flags) -> None:
+    flags.add(parser, "--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    flags.add(
+        parser,
+        "--port",
+        type=_port,
+        default=8000,
+        help="port to listen on (8000; 0 picks a free one)",
     )
-    parser.add_argument(
-        "--include-stop", action="store_true", help="keep the matched stop in the output"
-    )
-    parser.add_argument(
-        "--log-level", choices=_LOG_LEVELS, default="info", help="uvicorn log level (info)"
+    flags.add(parser, "--include-stop", action=_Switch, help="keep the matched stop in the output")
+    flags.add(
+        parser, "--log-level", choices=_LOG_LEVELS, default="info", help="uvicorn log level (info)"
     )
     access = parser.add_argument_group("clients")
-    access.add_argument(
+    flags.add(
+        access,
         "--client-key",
-        action="append",
+        action=_Append,
         metavar="KEY",
         help="require 'Authorization: Bearer KEY' from clients (repeat for several keys; "
         "default: no key needed). /health and /ready stay open",
     )
-    access.add_argument(
+    flags.add(
+        access,
         "--client-key-file",
         metavar="FILE",
         help="read client keys from FILE, one per line (# comments and blank lines skipped)",
@@ -143,7 +200,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     for item in fields(RequestLimits):
         default = item.default
         assert default is not MISSING
-        limits.add_argument(
+        flags.add(
+            limits,
             "--" + item.name.replace("_", "-"),
             type=_positive,
             default=default,
@@ -151,7 +209,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
             help=f"{item.metadata['help']} ({default})",
         )
     server = parser.add_argument_group("server")
-    server.add_argument(
+    flags.add(
+        server,
         "--workers",
         type=_positive,
         default=1,
@@ -159,7 +218,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="worker processes sharing the port (1); streams share nothing, so N workers serve "
         "N times the streams",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--limit-concurrency",
         type=_positive,
         default=None,
@@ -167,21 +227,24 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"open connections and requests in progress per worker, 503 beyond "
         f"({_CONNECTION_LIMIT}, or what the open-file limit holds)",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--head-timeout",
         type=_positive_seconds,
         default=_HEAD_TIMEOUT,
         metavar="S",
         help=f"seconds for a request line and headers to arrive, 408 after ({_HEAD_TIMEOUT:g})",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--body-timeout",
         type=_positive_seconds,
         default=_BODY_TIMEOUT,
         metavar="S",
         help=f"seconds for a whole request body to arrive, 408 after ({_BODY_TIMEOUT:g})",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--keep-alive-timeout",
         type=_positive_seconds,
         default=_KEEP_ALIVE_TIMEOUT,
@@ -189,7 +252,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"seconds an idle connection stays open ({_KEEP_ALIVE_TIMEOUT:g}; behind a load "
         "balancer, more than its idle timeout)",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--max-head-bytes",
         type=_positive,
         default=_MAX_HEAD_BYTES,
@@ -197,13 +261,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"bytes in a request line and headers, 431/400 beyond ({_MAX_HEAD_BYTES}; "
         "uvicorn's h11_max_incomplete_event_size)",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--access-log",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="one JSON line per request on stdout (logger streamstop.access) (on)",
     )
-    server.add_argument(
+    flags.add(
+        server,
         "--log-interval",
         type=_positive_seconds,
         default=_LOG_INTERVAL,
@@ -217,15 +283,7 @@ def env_name(action: argparse.Action) -> str:
     if action.dest in _ENV_NAMES:
         return _ENV_NAMES[action.dest]
     name = "STREAMSTOP_" + action.dest.upper()
-    return name + "S" if isinstance(action, argparse._AppendAction) else name
-
-
-def _flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        action
-        for action in parser._actions
-        if action.option_strings and not isinstance(action, argparse._HelpAction)
-    ]
+    return name + "S" if isinstance(action, _Append) else name
 
 
 class _Unset:
@@ -239,19 +297,19 @@ class _Unset:
         return str(self.default)
 
 
-def _with_environment(parser: argparse.ArgumentParser) -> None:
+def _with_environment(flags: _Flags) -> None:
     """Name each flag's variable in its help, and mark what the command line leaves unset."""
-    for action in _flags(parser):
+    for action in flags:
         action.help = f"{action.help} [env {env_name(action)}]"
-        if not isinstance(action, argparse._AppendAction):  # None, when not given: no copy
+        if not isinstance(action, _Append):  # None, when not given: no copy
             action.default = _Unset(action.default)
 
 
 def _convert(action: argparse.Action, raw: str) -> Any:
     convert = action.type if callable(action.type) else str
-    if isinstance(action, argparse._AppendAction):
+    if isinstance(action, _Append):
         return [convert(item.strip()) for item in raw.split(",") if item.strip()]
-    if isinstance(action, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+    if isinstance(action, (_Switch, argparse.BooleanOptionalAction)):
         if raw.strip().lower() in _TRUE:
             return True
         if raw.strip().lower() in _FALSE:
@@ -269,9 +327,9 @@ def settings_of(
     """The command's settings: its flags from the command line, else ``environ``, else their
     defaults. A bad value in ``environ`` exits as a bad flag does, naming the variable."""
     settings: dict[str, Any] = {}
-    for action in _flags(parser):
+    for action in flags_of(parser):
         value = getattr(args, action.dest)
-        unset = value is None if isinstance(action, argparse._AppendAction) else False
+        unset = value is None if isinstance(action, _Append) else False
         if isinstance(value, _Unset):
             unset, value = True, value.default
         name = env_name(action)
@@ -299,15 +357,17 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "named after it in brackets; a flag given beats its variable. Needs the server extra: "
         f"{_INSTALL_HINT}.",
     )
-    _add_common(serve)
-    serve.add_argument(
+    serve_flags = _Flags()
+    _add_common(serve, serve_flags)
+    serve_flags.add(
+        serve,
         "--delay",
         type=_seconds,
         default=0.02,
         help="seconds between streamed pieces (0.02)",
     )
-    _with_environment(serve)
-    serve.set_defaults(handler=_run_serve, parser=serve)
+    _with_environment(serve_flags)
+    serve.set_defaults(handler=_run_serve, parser=serve, flags=tuple(serve_flags))
 
     proxy = commands.add_parser(
         "proxy",
@@ -322,43 +382,50 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "a flag given beats its variable. Needs the server extra: "
         f"{_INSTALL_HINT}.",
     )
-    proxy.add_argument(
+    proxy_flags = _Flags()
+    proxy_flags.add(
+        proxy,
         "--upstream",
         metavar="URL",
         help="the upstream server's root, http://host:port (a /v1 suffix, as given to an "
         "OpenAI client, names the same root) (required)",
     )
-    _add_common(proxy)
-    proxy.add_argument(
+    _add_common(proxy, proxy_flags)
+    proxy_flags.add(
+        proxy,
         "--forward-stop",
-        action="store_true",
+        action=_Switch,
         help="also send the stops upstream (default: keep them here; OpenAI caps them at 4)",
     )
-    proxy.add_argument(
+    proxy_flags.add(
+        proxy,
         "--api-key",
         help="send this key upstream instead of the client's",
     )
-    proxy.add_argument(
+    proxy_flags.add(
+        proxy,
         "--timeout",
         type=_seconds,
         default=600.0,
         help="seconds to wait for each read from the upstream (600; 0: forever)",
     )
-    proxy.add_argument(
+    proxy_flags.add(
+        proxy,
         "--route",
-        action="append",
+        action=_Append,
         metavar="PATH",
         help="forward only these paths, e.g. /v1/chat/completions or Gemini's pattern "
         "'/v1beta/models/{model}:streamGenerateContent' (repeat; default: all of /v1 and the "
         "other APIs' paths)",
     )
-    proxy.add_argument(
+    proxy_flags.add(
+        proxy,
         "--forward-other-paths",
-        action="store_true",
+        action=_Switch,
         help="also forward paths outside the known APIs, under the same path checks (default: 404)",
     )
-    _with_environment(proxy)
-    proxy.set_defaults(handler=_run_proxy, parser=proxy)
+    _with_environment(proxy_flags)
+    proxy.set_defaults(handler=_run_proxy, parser=proxy, flags=tuple(proxy_flags))
 
 
 def _missing_extra(command: str, modules: tuple[str, ...]) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-__all__ = ["RequestLimits"]
+__all__ = ["RequestLimits", "set_by"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +101,14 @@ class RequestLimits:
             value = getattr(self, item.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"RequestLimits.{item.name} must be a positive int, got {value!r}")
+
+
+def set_by(name: str) -> str:
+    """Where a refusal over the limit ``name`` says it is set: the flag and the variable of
+    ``streamstop serve`` and ``proxy`` (the rule of :mod:`streamstop.server._commands`), so a
+    client can tell its operator what to raise.
+
+    >>> set_by("max_stops")
+    "set by the server's --max-stops or STREAMSTOP_MAX_STOPS"
+    """
+    return f"set by the server's --{name.replace('_', '-')} or STREAMSTOP_{name.upper()}"

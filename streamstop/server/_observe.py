@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from .._extras import install_hint
 from .._families import FAMILY_PATHS, OPENAI_ALIASES, family_route
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
 from ._record import RECORD_KEY, RequestRecord
-from ._request import describe
 
 _ERRORS = logging.getLogger("streamstop.server")
 
@@ -72,7 +72,7 @@ _UPSTREAM_ERRORS = frozenset(
 )
 # A request id is echoed into logs and headers: a short token of safe characters, or a new one.
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_METRICS_HINT = "pip install 'streamstop[metrics]'"
+_METRICS_HINT = install_hint("metrics")
 # Seconds. Time to first byte spans a cache hit to a long prefill; a duration, a short error to
 # a 10-minute generation (the proxy's default read timeout).
 _TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -424,6 +424,15 @@ class Observed:
             )
 
 
+# A model name or a stop in the access log: a line stays short (a stop may be up to
+# max_stop_length, 1,024 characters, by default) and still shows what fired.
+_LOGGED_CHARS = 200
+
+
+def _cut(text: str | None) -> str | None:
+    return None if text is None else text[:_LOGGED_CHARS]
+
+
 def access_line(
     scope: Scope,
     record: RequestRecord,
@@ -439,9 +448,10 @@ def access_line(
         "method": scope.get("method"),
         "route": record.route,
         "status": status,
-        "model": None if record.model is None else record.model[:200],
+        "model": _cut(record.model),
         "stops": record.stops,
-        "stop_fired": None if record.stop_fired is None else describe(record.stop_fired),
+        # The stop itself, a JSON string (escaped by json.dumps, as the model is), not a repr.
+        "stop_fired": _cut(record.stop_fired),
         "choices_cut": record.choices_cut,
         "upstream_error": record.upstream_error,
         "client_closed": disconnected,

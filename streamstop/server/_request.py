@@ -27,7 +27,7 @@ from .. import _json
 from .._automaton import INSTALL_HINT, StopPatterns, pattern_width
 from .._chunks import is_choice_count
 from ._asgi import Send, send_error
-from ._limits import RequestLimits
+from ._limits import RequestLimits, set_by
 
 __all__ = [
     "STOP_RULE_FIELDS",
@@ -135,7 +135,7 @@ def parse_body(body: bytes, limits: RequestLimits, *, openai: bool = True) -> di
         raise InvalidRequest(
             400,
             f"The JSON body of your request is nested deeper than max_json_depth="
-            f"{limits.max_json_depth}.",
+            f"{limits.max_json_depth}, {set_by('max_json_depth')}.",
             code="json_too_deep",
         )
     if not isinstance(request, dict):
@@ -271,7 +271,7 @@ def parse_stop_rules(
 def _over(limit: str, value: int, what: str, param: str = "stop") -> InvalidRequest:
     return InvalidRequest(
         400,
-        f"Too many stops: {what}, over the limit {limit}={value}.",
+        f"Too many stops: {what}, over the limit {limit}={value}, {set_by(limit)}.",
         param=param,
         code=f"{limit}_exceeded",
     )

@@ -18,6 +18,7 @@ import pytest
 import ragstitch
 from ragstitch._cli import main
 
+from ..handbook import handbook
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +62,8 @@ PUBLIC = {
 
 
 def _section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return readme[readme.index("<!-- ragstitch:begin -->") : readme.index("<!-- ragstitch:end -->")]
+    # The handbook's ragstitch pages (moved from the README's ragstitch section).
+    return handbook("ragstitch/index.md", "ragstitch/text.md", "ragstitch/integrations.md")
 
 
 def test_public_names() -> None:
@@ -124,20 +125,21 @@ def test_the_core_does_not_import_anyio() -> None:
                 assert not (node.module or "").startswith("anyio"), name
 
 
-def test_readme_examples() -> None:
+def test_handbook_examples() -> None:
     parser = doctest.DocTestParser()
-    test = parser.get_doctest(_section(), {}, "README.md[ragstitch]", "README.md", 0)
+    test = parser.get_doctest(_section(), {}, "docs/ragstitch", "docs/ragstitch", 0)
     assert len(test.examples) >= 25
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.failures == 0
 
 
-def test_readme_command_line_output(
+def test_handbook_command_line_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     section = _section()
-    block = section[section.index("```sh\n$ cat chunks.jsonl") + 6 :]
+    start = "```bash\n$ cat chunks.jsonl"
+    block = section[section.index(start) + len("```bash\n") :]
     block = block[: block.index("```")]
     commands = block.split("$ ")[1:]
     cat, run = commands
@@ -151,7 +153,7 @@ def test_readme_command_line_output(
     assert out + err == shown
 
 
-def test_example_runs_and_its_output_is_in_the_readme() -> None:
+def test_example_runs_and_its_output_is_in_the_handbook() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ragstitch_citations.py")],
         capture_output=True,

@@ -230,3 +230,21 @@ def test_token_chunks_among_text_keep_their_place(capsys: pytest.CaptureFixture[
     report = json.loads(out)
     assert report["text"] == "Four score\n\nand seven"
     assert [r["id"] for r in report["records"]] == ["t", "x"]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import ragstitch
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"ragstitch {ragstitch.__version__}\n"
+
+
+def test_a_mistyped_flag_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--budget", "5", "--jsno"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ragstitch ")
+    assert "--json" in err  # the flags, to pick the right one from
+    assert err.rstrip().endswith("ragstitch: error: unrecognized arguments: --jsno")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import inspect
 
@@ -41,6 +42,12 @@ def test_module_all_lists_what_it_defines(module_name: str) -> None:
     assert public_definitions(module) <= set(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), name
+
+
+@pytest.mark.parametrize("module_name", PRIVATE_MODULES)
+def test_docstring_examples(module_name: str) -> None:
+    module = importlib.import_module(f"streamstop.server.{module_name}")
+    assert doctest.testmod(module).failed == 0
 
 
 def test_options_are_keyword_only() -> None:

@@ -153,6 +153,9 @@ def test_the_head_timeout_spares_requests_and_applies_again_after_a_response(
         assert read_to_end(sock) == REQUEST_TIMEOUT
 
 
+# Load: many sockets and streams at once, with timeouts; never beside another load
+# test (tests/conftest.py).
+@pytest.mark.xdist_group("load")
 @pytest.mark.parametrize("guarded", [{"head_timeout": 1.5}], indirect=True)
 def test_a_flood_of_half_open_connections_leaves_requests_served(guarded: GuardedServer) -> None:
     flood = [guarded.connect() for _ in range(50)]

@@ -1,4 +1,4 @@
-"""The README section and the examples, run for real; ``streamstop serve`` and ``proxy`` as
+"""The handbook's server pages and the examples, run for real; ``streamstop serve`` and ``proxy`` as
 processes; and the core staying importable (``filter``, ``demo``) without the server extra."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,10 +30,12 @@ from streamstop.server._commands import (
     client_keys,
     connection_limit,
     env_name,
+    flags_of,
     settings_of,
 )
-from streamstop.server._limits import RequestLimits
+from streamstop.server._limits import RequestLimits, set_by
 
+from ..handbook import blocks, handbook
 from .conftest import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,14 +43,14 @@ EXAMPLES = ROOT / "examples"
 
 
 def readme_blocks() -> tuple[str, list[tuple[str, str]]]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("<!-- server:begin -->") : readme.index("<!-- server:end -->")]
+    """The server pages of the handbook (moved from the README's server section)."""
+    section = handbook("server.md", "families/openai.md", "middleware.md")
     return section, re.findall(r"```(\w+)\n(.*?)```", section, re.DOTALL)
 
 
 def test_readme_doctests() -> None:
     section, _ = readme_blocks()
-    test = doctest.DocTestParser().get_doctest(section, {}, "README.md[server]", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(section, {}, "docs[server]", "docs", 0)
     assert len(test.examples) >= 8
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
@@ -188,6 +191,32 @@ def test_proxy_command(upstream_server: LiveServer) -> None:
     assert code == 0, err
 
 
+def test_the_readme_proxy_example_prints_what_the_readme_says() -> None:
+    """The README's second use: its command, then its client, against a real upstream."""
+    found = blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    (position,) = [i for i, (_, code) in enumerate(found) if "OpenAI(base_url=" in code]
+    (command_kind, command), (_, code), (shown_kind, shown) = found[position - 1 : position + 2]
+    assert (command_kind, shown_kind) == ("bash", "text")
+    argv = shlex.split(command)
+    assert argv[:2] == ["streamstop", "proxy"]
+    flags = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert set(flags) == {"--upstream", "--port"}
+    upstream, upstream_url, _ = start("serve", "--delay", "0")
+    try:
+        proxy, proxy_url, _ = start("proxy", "--upstream", upstream_url)
+        try:
+            code = code.replace('base_url="http://127.0.0.1:8000/v1"', f'base_url="{proxy_url}"')
+            assert proxy_url in code
+            result = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+            )
+        finally:
+            interrupt(proxy)
+    finally:
+        interrupt(upstream)
+    assert result.stdout == shown
+
+
 def test_serve_on_a_busy_port(echo_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
     port = echo_server.url.split(":")[2].split("/")[0]
     assert main(["serve", "--port", port]) == 1
@@ -210,7 +239,8 @@ def test_without_the_server_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
     assert main(["serve", "--port", "0"]) == 2
-    assert "pip install 'streamstop[server]'" in capsys.readouterr().err
+    hint = "pip install 'streamstop[server]' (from a clone: pip install -e '.[server]')"
+    assert hint in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "httpx", None)
     assert main(["proxy", "--upstream", "http://localhost:1/v1"]) == 2
     assert "uvicorn and httpx" in capsys.readouterr().err
@@ -305,6 +335,17 @@ def test_every_request_limit_is_a_flag_and_a_variable() -> None:
             assert settings([command], {variable: "9"})[item.name] == 9
 
 
+def test_a_limits_refusal_names_the_flag_and_the_variable_that_set_it() -> None:
+    for command in ("serve", "proxy"):
+        flags = flags_of(build_parser().parse_args([command]).parser)
+        by_dest = {action.dest: action for action in flags}
+        for item in fields(RequestLimits):
+            action = by_dest[item.name]
+            assert set_by(item.name) == (
+                f"set by the server's {action.option_strings[0]} or {env_name(action)}"
+            )
+
+
 @pytest.mark.parametrize("command", ["serve", "proxy"])
 def test_help_names_every_variable(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -312,13 +353,17 @@ def test_help_names_every_variable(command: str, capsys: pytest.CaptureFixture[s
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     args = build_parser().parse_args([command])
     plural = {"client_key", "route"}
-    for action in args.parser._actions:
-        if action.option_strings and action.dest != "help":
-            assert f"[env {env_name(action)}]" in shown, action.dest
-            expected = f"STREAMSTOP_{action.dest.upper()}" + ("S" if action.dest in plural else "")
-            if action.dest == "api_key":  # documented before the rule
-                expected = "STREAMSTOP_UPSTREAM_API_KEY"
-            assert env_name(action) == expected
+    flags = flags_of(args.parser)
+    assert {flag for action in flags for flag in action.option_strings} >= {"--port", "--host"}
+    for action in flags:
+        assert f"[env {env_name(action)}]" in shown, action.dest
+        expected = f"STREAMSTOP_{action.dest.upper()}" + ("S" if action.dest in plural else "")
+        if action.dest == "api_key":  # documented before the rule
+            expected = "STREAMSTOP_UPSTREAM_API_KEY"
+        assert env_name(action) == expected
+    # Every flag shown by --help is a setting, but --help itself.
+    shown_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", shown)) - {"--help"}
+    assert shown_flags == {flag for action in flags for flag in action.option_strings}
 
 
 BAD_ENV = {
@@ -466,18 +511,16 @@ def test_dockerfile() -> None:
 
 
 def test_the_deployment_section_names_real_flags_and_variables() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[
-        readme.index("<!-- deployment:begin -->") : readme.index("<!-- deployment:end -->")
-    ]
+    page = handbook("deployment.md")
+    section = page[page.index("<!-- deployment:begin -->") : page.index("<!-- deployment:end -->")]
     parsers = [build_parser().parse_args([command]).parser for command in ("serve", "proxy")]
-    actions = [action for parser in parsers for action in parser._actions]
+    actions = [action for parser in parsers for action in flags_of(parser)]
     flags = {option for action in actions for option in action.option_strings}
-    variables = {env_name(action) for action in actions if action.option_strings}
+    variables = {env_name(action) for action in actions}
     named_flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", section))
     named_variables = set(re.findall(r"STREAMSTOP_[A-Z_]+", section))
     assert len(named_flags) >= 10
-    assert named_flags <= flags
+    assert named_flags - {"--help"} <= flags
     assert named_variables <= variables
     assert {"/health", "/ready", "/metrics"} <= set(re.findall(r"/[a-z]+", section))
 

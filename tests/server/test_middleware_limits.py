@@ -40,18 +40,20 @@ def error_of(client: Client) -> dict[str, Any]:
 STOP_LIMIT_CASES = {
     "too many stops": (
         ["a", "b", "c", "d"],
-        "Too many stops: 4 stop strings, over the limit max_stops=3.",
+        "Too many stops: 4 stop strings, over the limit max_stops=3, set by the server's "
+        "--max-stops or STREAMSTOP_MAX_STOPS.",
         "max_stops_exceeded",
     ),
     "one stop too long": (
         ["abcdef"],
         "Too many stops: a stop string of 6 characters ('abcdef'), over the limit "
-        "max_stop_length=5.",
+        "max_stop_length=5, set by the server's --max-stop-length or STREAMSTOP_MAX_STOP_LENGTH.",
         "max_stop_length_exceeded",
     ),
     "too many characters": (
         ["abcde", "fghi"],
-        "Too many stops: 9 characters of stops, over the limit max_stop_chars=8.",
+        "Too many stops: 9 characters of stops, over the limit max_stop_chars=8, set by the "
+        "server's --max-stop-chars or STREAMSTOP_MAX_STOP_CHARS.",
         "max_stop_chars_exceeded",
     ),
 }
@@ -93,7 +95,7 @@ BAD_BODIES: dict[str, tuple[bytes, str | None, str]] = {
     "nested past the limit": (
         b'{"messages": [{"content": [{"a": [1]}]}]}',
         None,
-        "max_json_depth=4",
+        "max_json_depth=4, set by the server's --max-json-depth or STREAMSTOP_MAX_JSON_DEPTH.",
     ),
     "stop of numbers": (b'{"stop": [1, 2]}', "stop", "got [1, 2]"),
     "stop an object": (b'{"stop": {"a": 1}}', "stop", "got {'a': 1}"),
@@ -142,10 +144,11 @@ async def test_a_body_over_the_limit_is_a_413() -> None:
     await run(App([]), client, limits=RequestLimits(max_body_bytes=64))
     assert client.status == 413
     assert error_of(client) == {
-        "message": "Request body too large: the limit is 64 bytes.",
+        "message": "Request body too large: the limit is max_body_bytes=64 bytes, set by the "
+        "server's --max-body-bytes or STREAMSTOP_MAX_BODY_BYTES.",
         "type": "invalid_request_error",
         "param": None,
-        "code": None,
+        "code": "max_body_bytes_exceeded",
     }
 
 

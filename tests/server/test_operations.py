@@ -191,7 +191,7 @@ async def test_a_request_is_counted_timed_and_logged(caplog: pytest.LogCaptureFi
         "status": 200,
         "model": "m",
         "stops": 3,
-        "stop_fired": "'</s>'",
+        "stop_fired": "</s>",
         "choices_cut": 2,
         "upstream_error": None,
         "client_closed": False,
@@ -211,6 +211,32 @@ async def test_a_request_is_counted_timed_and_logged(caplog: pytest.LogCaptureFi
     assert sample(metrics, ttfb, {"route": chat["route"]}) == 0.25
     duration = "streamstop_request_duration_seconds_sum"
     assert sample(metrics, duration, {"route": chat["route"]}) == 0.5
+
+
+# The stop that fired, as the access log writes it: the stop itself as a JSON string (escaped
+# by the encoder, never a Python repr), cut to 200 characters.
+LOGGED_STOPS = {
+    "plain": ("</s>", "</s>"),
+    "quotes": ('it\'s "x"', 'it\'s "x"'),
+    "newlines": ("\n\nUser:", "\n\nUser:"),
+    "non-ascii": ("«fin»", "«fin»"),
+    "long": ("x" * 1000, "x" * 200),
+}
+
+
+@pytest.mark.parametrize("case", LOGGED_STOPS)
+async def test_the_access_log_writes_the_stop_as_a_json_string(
+    case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    stop, logged = LOGGED_STOPS[case]
+    app = Observed(FillingApp(), clock=Clock())
+    with caplog.at_level(logging.INFO, logger="streamstop.access"):
+        async with client(app) as http:
+            await http.post("/v1/completions", json={"model": "m", "stop": [stop], "cut": True})
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert json.loads(line)["stop_fired"] == logged
+    assert line.isascii()
+    assert "\n" not in line  # one line, whatever the stop holds
 
 
 async def test_repeated_requests_add_up_in_each_label_set() -> None:
@@ -364,7 +390,7 @@ async def test_metrics_without_prometheus_client(monkeypatch: pytest.MonkeyPatch
         {
             "error": {
                 "message": "GET /metrics needs the prometheus-client package: "
-                "pip install 'streamstop[metrics]'.",
+                "pip install 'streamstop[metrics]' (from a clone: pip install -e '.[metrics]').",
                 "type": "server_error",
                 "param": None,
                 "code": "metrics_unavailable",

@@ -112,6 +112,9 @@ async def test_client_disconnect_through_the_proxy_stops_the_backend(
     await slow_upstream_ends.wait_for("cancelled", cancelled + 1)
 
 
+# Load: many sockets and streams at once, with timeouts; never beside another load
+# test (tests/conftest.py).
+@pytest.mark.xdist_group("load")
 @pytest.mark.asyncio
 async def test_one_hundred_concurrent_streams_through_the_proxy(proxy_server: LiveServer) -> None:
     results: dict[int, str] = {}

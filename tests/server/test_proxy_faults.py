@@ -320,7 +320,8 @@ async def test_the_proxy_bounds_request_bodies_by_its_limits() -> None:
         response = await client.post("/completions", json={"model": "m", "prompt": "x" * 200})
     assert response.status_code == 413
     assert response.json()["error"]["message"] == (
-        "Request body too large: the limit is 100 bytes."
+        "Request body too large: the limit is max_body_bytes=100 bytes, set by the server's "
+        "--max-body-bytes or STREAMSTOP_MAX_BODY_BYTES."
     )
     assert upstream.requests == []
 

@@ -240,6 +240,9 @@ async def test_client_disconnect_stops_the_model(
     await slow_ends.wait_for("cancelled", cancelled + 1)
 
 
+# Load: many sockets and streams at once, with timeouts; never beside another load
+# test (tests/conftest.py).
+@pytest.mark.xdist_group("load")
 @pytest.mark.asyncio
 async def test_two_hundred_concurrent_streams_are_all_cut(
     echo_server: LiveServer, echo_ends: StreamEnds

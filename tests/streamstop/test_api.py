@@ -14,10 +14,11 @@ import pytest
 
 import streamstop
 
+from ..handbook import handbook
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text"]
+PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text", "_extras", "_version"]
 
 
 def test_public_names() -> None:
@@ -64,13 +65,11 @@ def test_docstring_examples(module_name: str) -> None:
     assert failures == 0
 
 
-def test_readme_examples() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[
-        readme.index("<!-- streamstop:begin -->") : readme.index("<!-- streamstop:end -->")
-    ]
+def test_handbook_examples() -> None:
+    # The semantics and the internals, with their tiny examples (moved from the README).
+    section = handbook("streamstop/semantics.md", "streamstop/internals.md")
     parser = doctest.DocTestParser()
-    test = parser.get_doctest(section, {}, "README.md[streamstop]", "README.md", 0)
+    test = parser.get_doctest(section, {}, "docs/streamstop", "docs/streamstop", 0)
     assert len(test.examples) >= 15
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)

@@ -100,3 +100,44 @@ def test_demo_with_own_stop(capsys: pytest.CaptureFixture[str]) -> None:
     assert "This " in out
     assert "holds back" not in out
     assert "stopped at 'filter'" in out
+
+
+# -- messages that help: a mistyped flag is shown with its command's usage ---------------------
+
+MISTYPED = {
+    "filter": (["filter", "--stop", "x", "--stpo", "y"], "--stpo y", "--include-stop"),
+    "demo": (["demo", "--dealy", "0"], "--dealy 0", "--delay DELAY"),
+    "serve": (["serve", "--prot", "1"], "--prot 1", "--max-stops N"),
+    "proxy": (["proxy", "--upstrem", "http://u"], "--upstrem http://u", "--upstream URL"),
+}
+
+
+@pytest.mark.parametrize("command", MISTYPED)
+def test_a_mistyped_flag_prints_the_commands_usage(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, unknown, shown_flag = MISTYPED[command]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: streamstop {command} ")
+    assert shown_flag in err  # the command's own flags, to pick the right one from
+    assert err.rstrip().endswith(f"streamstop {command}: error: unrecognized arguments: {unknown}")
+
+
+def test_a_flag_before_the_command_is_the_top_levels(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--bogus", "demo"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: streamstop [-h] [--version] COMMAND")
+    assert "streamstop: error: unrecognized arguments: --bogus" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from streamstop import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"streamstop {__version__}\n"
