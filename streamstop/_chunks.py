@@ -145,8 +145,10 @@ class ChunkFilter(Generic[ChunkT]):
     >>> chunks = ChunkFilter(["</s>"], n=1)
     >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "Hi<"}}]})
     {'choices': [{'index': 0, 'delta': {'content': 'Hi'}}]}
-    >>> chunks.feed({"choices": [{"index": 0, "delta": {"content": "/s>junk"}}]})["choices"]
-    [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'stop', 'stop_reason': '</s>'}]
+    >>> out = chunks.feed({"choices": [{"index": 0, "delta": {"content": "/s>junk"}}]})
+    >>> (cut,) = out["choices"]
+    >>> cut
+    {'index': 0, 'delta': {'content': ''}, 'finish_reason': 'stop', 'stop_reason': '</s>'}
     >>> chunks.done, chunks.stop_strings
     (True, {0: '</s>'})
 

@@ -29,6 +29,7 @@ __all__ = [
     "send_error",
     "send_json",
     "serve_lifespan",
+    "too_large",
 ]
 
 # The same shapes as Starlette's and the ASGI spec's, so apps and middleware interoperate.
@@ -127,6 +128,15 @@ async def send_error(
     await send_json(send, status, payload, headers=headers)
 
 
+def too_large(limit: int, setting: str = "max_body_bytes") -> str:
+    """The message of a 413: the limit, its setting, and where the operator sets it.
+
+    >>> too_large(64)
+    "Request body too large: the limit is max_body_bytes=64 bytes, set by the server's --max-body-bytes or STREAMSTOP_MAX_BODY_BYTES."
+    """  # noqa: E501
+    return f"Request body too large: the limit is {setting}={limit} bytes, {set_by(setting)}."
+
+
 async def read_body_or_413(
     receive: Receive, send: Send, limit: int, setting: str = "max_body_bytes"
 ) -> bytes | None:
@@ -139,8 +149,7 @@ async def read_body_or_413(
         await send_error(
             send,
             413,
-            f"Request body too large: the limit is {setting}={error.limit} bytes, "
-            f"{set_by(setting)}.",
+            too_large(error.limit, setting),
             code=f"{setting}_exceeded",
         )
         return None

@@ -82,6 +82,7 @@ from ._asgi import (
     read_body_or_413,
     send_error,
     send_json,
+    too_large,
 )
 from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
@@ -413,7 +414,7 @@ async def _read_family_body(
     try:
         return await read_body(receive, limit)
     except BodyTooLarge as error:
-        message = f"Request body too large: the limit is {error.limit} bytes."
+        message = too_large(error.limit)
         await send_json(send, 413, family.error_body(413, message))
         return None
 

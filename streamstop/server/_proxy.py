@@ -80,6 +80,7 @@ from ._asgi import (
     send_error,
     send_json,
     serve_lifespan,
+    too_large,
 )
 from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
@@ -312,7 +313,7 @@ class ProxyApp:
         try:
             body = await read_body(receive, self.limits.max_body_bytes)
         except BodyTooLarge as error:
-            message = f"Request body too large: the limit is {error.limit} bytes."
+            message = too_large(error.limit)
             await _send_invalid(send, InvalidRequest(413, message), family)
             return
         if body is None:
