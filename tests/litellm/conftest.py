@@ -33,7 +33,12 @@ SKIP_REASON = "litellm is not installed: pip install -e '.[dev,litellm]' (CI: .v
 # cores, so the bound is generous.
 START_SECONDS = 240
 
-CONFIG = """\
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "litellm_gateway.yaml"
+
+# The models the tests route to; the settings (the callback, the master key read from
+# LITELLM_MASTER_KEY) are the example's own, copied from its file, so the lines the handbook
+# tells users to copy are the ones under test.
+MODELS = """\
 model_list:
   - model_name: reasoner
     litellm_params:
@@ -57,11 +62,13 @@ model_list:
       model: anthropic/claude-fake
       api_base: {anthropic}
       api_key: sk-fake
-litellm_settings:
-  callbacks: streamstop.litellm.stop_hook
-general_settings:
-  master_key: {master_key}
 """
+
+
+def example_settings() -> str:
+    """The example config from its ``litellm_settings:`` on (its model list left out)."""
+    text = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    return text[text.index("\nlitellm_settings:") :]
 
 
 @dataclass
@@ -107,19 +114,15 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     directory = tmp_path_factory.mktemp("litellm")
     master_key = "sk-" + secrets.token_hex(32)
     config = directory / "config.yaml"
-    config.write_text(
-        CONFIG.format(
-            provider=provider_server.base_url,
-            anthropic=anthropic_server.base_url,
-            master_key=master_key,
-        )
-    )
+    models = MODELS.format(provider=provider_server.base_url, anthropic=anthropic_server.base_url)
+    config.write_text(models + example_settings())
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     log = directory / "litellm.log"
     env = {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": master_key,
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }

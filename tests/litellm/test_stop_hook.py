@@ -45,9 +45,7 @@ from streamstop.litellm import StopHook, stop_hook
 
 # Pydantic warns, building LiteLLM's own models (deferred until first use), that its TypedDicts
 # use ReadOnly: LiteLLM's business, not what is tested here.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Item.* using the `ReadOnly` qualifier:UserWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore:Item.* using the `ReadOnly` qualifier:UserWarning")
 
 STOPS = ["<|im_end|>", "\nUser:", "###", "</s>", "[END]", "Observation:"]
 
