@@ -26,7 +26,7 @@ the SDK):
   with ``stop_reason: "stop_sequence"`` and ``stop_sequence``. Once every choice is over the
   provider's stream is closed (in a ``finally``, shielded), so the model stops generating.
 - ``async_post_call_success_hook``: cuts a whole response's text the same way (in place as
-  well as returned: LiteLLM releases before 1.81 ignore what a logger returns).
+  well as returned: LiteLLM 1.80 ignores what a logger returns, 1.108 uses it).
 
 A request without stops passes untouched. Stops that a deployment's ``litellm_params`` adds are
 not seen (the router adds them after the hook runs): give them in the request, or as the
