@@ -32,9 +32,11 @@ A request without stops passes untouched. Stops that a deployment's ``litellm_pa
 not seen (the router adds them after the hook runs): give them in the request, or as the
 hook's own ``stops``.
 
-Needs the ``litellm`` extra (``pip install 'streamstop[litellm]'``): LiteLLM from 1.80.9, the
-first release whose proxy consumes what ``async_post_call_streaming_iterator_hook`` yields
-(BerriAI/litellm#17626).
+Needs the ``litellm`` extra (``pip install 'streamstop[litellm]'``): LiteLLM from 1.94.0. Its
+proxy consumes what ``async_post_call_streaming_iterator_hook`` yields from 1.80.9 on
+(BerriAI/litellm#17626), but before 1.94.0 a config file's callbacks are imported only from
+files beside it, not from installed packages, so ``streamstop.litellm.stop_hook`` does not
+load (and 1.80.9 answers the hook's 400 as a 500 and does not close streams at the cut).
 """
 
 from __future__ import annotations
@@ -346,13 +348,14 @@ def _stream_chain(source: object) -> list[object]:
     """``source`` and the streams it wraps, outermost first, down to the provider's.
 
     Closing the outermost is not enough in every LiteLLM release: the proxy's boundary and the
-    router's ``HiddenParamsAsyncIteratorWrapper`` pass ``aclose`` on (``_source``, ``inner``),
-    but a text completion stream (``TextCompletionStreamWrapper``) has no close of its own,
-    and its ``completion_stream`` is a generator (``_async_streaming``) over another
-    (``OpenAITextCompletion.async_streaming``) over the ``openai`` client's stream, neither
-    closing what it reads when it is closed. Each reads a local named ``response`` (as a
-    callback's ``async_post_call_streaming_iterator_hook`` does): the chain is followed through
-    those names and generators' ``response``, and closed from the inside out."""
+    router's ``HiddenParamsAsyncIteratorWrapper`` pass ``aclose`` on (``_source``; ``_inner``
+    in 1.94, ``inner`` in 1.108), but a text completion stream (``TextCompletionStreamWrapper``)
+    has no close of its own, and its ``completion_stream`` is a generator
+    (``_async_streaming``) over another (``OpenAITextCompletion.async_streaming``) over the
+    ``openai`` client's stream, neither closing what it reads when it is closed. Each reads a
+    local named ``response`` (as a callback's ``async_post_call_streaming_iterator_hook``
+    does): the chain is followed through those names and generators' ``response``, and closed
+    from the inside out."""
     chain = [source]
     current: Any = source
     for _ in range(_MAX_WRAPPERS):
@@ -363,7 +366,7 @@ def _stream_chain(source: object) -> list[object]:
             inner = next(
                 (
                     value
-                    for name in ("_source", "inner", "completion_stream")
+                    for name in ("_source", "_inner", "inner", "completion_stream")
                     if (value := _own_attribute(current, name)) is not None
                 ),
                 None,
