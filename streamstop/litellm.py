@@ -41,7 +41,8 @@ load (and 1.80.9 answers the hook's 400 as a 500 and does not close streams at t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,16 +218,21 @@ class StopHook(CustomLogger):  # type: ignore[misc]  # LiteLLM is untyped for my
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         plan = _Plan.from_request(request_data)
         if plan is None:
             async for item in response:
                 yield item
             return
-        async for item in self.cut_stream(response, plan):
-            yield item
+        # Closed with this generator: a client that leaves closes the provider's stream now,
+        # not when the garbage collector finds the inner generator.
+        async with aclosing(self.cut_stream(response, plan)) as items:
+            async for item in items:
+                yield item
 
-    async def cut_stream(self, source: AsyncIterable[Any], plan: _Plan) -> AsyncIterator[Any]:
+    async def cut_stream(
+        self, source: AsyncIterable[Any], plan: _Plan
+    ) -> AsyncGenerator[Any, None]:
         """``source`` (the provider's stream, as LiteLLM yields it) cut by ``plan``; the source
         is closed when the cut is complete, at its end, on an error and on cancellation."""
         automaton = StopAutomaton.from_stops(plan.stops)

@@ -373,6 +373,53 @@ async def test_the_provider_is_closed_at_the_cut_and_read_no_further() -> None:
     assert source.read == 2
 
 
+class FailingSource(Source):
+    """A source whose provider fails after its chunks (or, with ``block``, never answers)."""
+
+    def __init__(self, chunks: list[Any], block: bool = False) -> None:
+        super().__init__(chunks)
+        self.block = block
+
+    async def __anext__(self) -> Any:
+        if self.read < len(self.chunks):
+            self.read += 1
+            return self.chunks[self.read - 1]
+        if self.block:
+            await anyio.sleep_forever()
+        raise ConnectionError("the provider went away")
+
+
+@pytest.mark.anyio
+async def test_a_failing_provider_is_closed_and_its_error_propagates() -> None:
+    source = FailingSource([chat_chunk("Hi <")])
+    with pytest.raises(ConnectionError, match="went away"):
+        await run(StopHook(), source, request_with(STOPS))
+    assert source.closed
+
+
+@pytest.mark.anyio
+async def test_a_client_that_leaves_early_closes_the_provider() -> None:
+    source = Source([chat_chunk("Hi "), chat_chunk("there")], forever=chat_chunk("."))
+    stream = stop_hook.async_post_call_streaming_iterator_hook(None, source, request_with(STOPS))
+    first = await stream.__anext__()
+    assert first.choices[0].delta.content == "Hi "
+    await stream.aclose()
+    assert source.closed
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_stream_closes_the_provider() -> None:
+    source = FailingSource([chat_chunk("Hi ")], block=True)
+    received = []
+    with anyio.move_on_after(0.05):
+        async for chunk in stop_hook.async_post_call_streaming_iterator_hook(
+            None, source, request_with(STOPS)
+        ):
+            received.append(chunk)
+    assert [c.choices[0].delta.content for c in received] == ["Hi "]
+    assert source.closed
+
+
 @pytest.mark.anyio
 async def test_the_cut_chunk_is_written_as_litellm_serializes_it() -> None:
     source = Source([chat_chunk("Hi</s>junk")])
