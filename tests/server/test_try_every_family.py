@@ -142,3 +142,29 @@ def test_each_command_of_the_page(index: int, echo_server: LiveServer) -> None:
     assert module is not None
     path, body = SDK_REQUESTS[module.group(1)]
     assert output == (CUT if filtered(path, body) else WHOLE) + "\n"
+
+
+README = PAGE.parents[1] / "README.md"
+
+
+def readme_commands() -> list[str]:
+    """The README's one command per family: the curl lines of its API families section."""
+    section = README.read_text().split("## API families", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"^```bash\n(.*?)^```$", section, flags=re.M | re.S)
+    return [line for line in block.splitlines() if line.startswith("curl")]
+
+
+def test_the_readme_has_one_command_per_family() -> None:
+    paths = {curl_request(command)[0].partition("?")[0] for command in readme_commands()}
+    assert paths == set(ENDS)
+    assert len(readme_commands()) == len(paths)
+
+
+@pytest.mark.parametrize("index", range(len(readme_commands())))
+def test_each_command_of_the_readme(index: int, echo_server: LiveServer) -> None:
+    command = readme_commands()[index]
+    output = run(command, echo_server)
+    path, body = curl_request(command)
+    assert ENDS[path.partition("?")[0]] in output
+    assert filtered(path, body)  # every family the README shows is filtered
+    assert "five" not in output, output  # cut after "one two three " (in pieces)
