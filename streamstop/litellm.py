@@ -41,6 +41,7 @@ load (and 1.80.9 answers the hook's 400 as a 500 and does not close streams at t
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -119,6 +120,16 @@ def _choice_count(data: Mapping[str, Any], text_completion: bool) -> int | None:
     return None
 
 
+# How a refusal over a limit names a streamstop server's setting (server._limits.set_by).
+_SERVER_SETTING = re.compile(r", set by the server's --([\w-]+) or STREAMSTOP_\w+\.$")
+
+
+def _hook_setting(match: re.Match[str]) -> str:
+    """The hook's own setting for a limit the server sets with a flag."""
+    name = match.group(1).replace("-", "_")
+    return f", set by StopHook(limits=RequestLimits({name}=...))."
+
+
 def _proxy_error(error: InvalidRequest) -> Exception:
     """``error`` as the exception LiteLLM's proxy answers in the OpenAI error shape, with its
     status (a 400), ``param`` and ``code``."""
@@ -188,7 +199,12 @@ class StopHook(CustomLogger):  # type: ignore[misc]  # LiteLLM is untyped for my
         if param is None:
             return None
         # parse_stops reads "stop"; ``param`` names the field in its errors.
-        stops = parse_stops({"stop": data.get(param)}, self.limits, param=param)
+        try:
+            stops = parse_stops({"stop": data.get(param)}, self.limits, param=param)
+        except InvalidRequest as error:
+            # The limits here are the hook's, not a streamstop server's flags.
+            error.message = _SERVER_SETTING.sub(_hook_setting, error.message)
+            raise
         if not self.forward_stop:
             data.pop(param, None)
         stops = tuple(dict.fromkeys((*self.stops, *stops)))  # in order, once each

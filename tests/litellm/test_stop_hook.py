@@ -219,7 +219,8 @@ REFUSAL_CASES = [
         "over max_stops",
         "acompletion",
         {"stop": ["a", "b", "c"]},
-        "Too many stops: 3 stop strings, over the limit max_stops=2.",
+        "Too many stops: 3 stop strings, over the limit max_stops=2, set by "
+        "StopHook(limits=RequestLimits(max_stops=...)).",
         "stop",
     ),
     RefusalCase(
@@ -227,7 +228,7 @@ REFUSAL_CASES = [
         "atext_completion",
         {"stop": ["x" * 9]},
         "Too many stops: a stop string of 9 characters ('xxxxxxxxx'), over the limit "
-        "max_stop_length=8.",
+        "max_stop_length=8, set by StopHook(limits=RequestLimits(max_stop_length=...)).",
         "stop",
     ),
     RefusalCase(
@@ -241,7 +242,8 @@ REFUSAL_CASES = [
         "stop_sequences over max_stops",
         "anthropic_messages",
         {"stop_sequences": ["a", "b", "c"]},
-        "Too many stops: 3 stop strings, over the limit max_stops=2.",
+        "Too many stops: 3 stop strings, over the limit max_stops=2, set by "
+        "StopHook(limits=RequestLimits(max_stops=...)).",
         "stop_sequences",
     ),
     RefusalCase(
