@@ -85,6 +85,47 @@ class LiveServer:
             raise RuntimeError("uvicorn did not stop within 15 s")
 
 
+class GuardedServer:
+    """What ``streamstop serve`` or ``proxy`` runs, built by the command from ``flags`` (its
+    app, its guarded protocol, ``bounds`` of :class:`ServerConfig`), in a thread."""
+
+    def __init__(self, *flags: str, http: str | None = None, **bounds: Any) -> None:
+        from streamstop._cli import build_parser
+        from streamstop.server._commands import build_app, settings_of
+        from streamstop.server._protocol import ServerConfig, protocol
+
+        args = build_parser().parse_args(list(flags or ("serve", "--delay", "0")))
+        self.settings = {"upstream": None, **settings_of(args.parser, args, {})}
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.address = self.sock.getsockname()[:2]
+        self.base_url = "http://{}:{}".format(*self.address)
+        config = ServerConfig(
+            build_app(self.settings),
+            http=http or protocol(),
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            timeout_graceful_shutdown=2,
+            **bounds,
+        )
+        self.server = _Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+        if not self.server.ready.wait(10):
+            raise RuntimeError("uvicorn did not start within 10 s")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        self.sock.close()
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(self.address, timeout=10)
+
+
 class StreamEnds:
     """Records how the echo model's streams ended; tests wait for an outcome without sleeping."""
 

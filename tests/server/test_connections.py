@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,10 +18,10 @@ import httpx
 import pytest
 
 from streamstop._cli import build_parser
-from streamstop.server._commands import build_app, settings_of
-from streamstop.server._protocol import HTTPTOOLS_PROTOCOL, PROTOCOL, ServerConfig, protocol
+from streamstop.server._commands import settings_of
+from streamstop.server._protocol import HTTPTOOLS_PROTOCOL, PROTOCOL, protocol
 
-from .conftest import _Server
+from .conftest import GuardedServer
 
 HALF_A_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Typ"
 REQUEST_TIMEOUT = (
@@ -35,40 +34,6 @@ REQUEST_TIMEOUT = (
 def serve_settings(*flags: str) -> dict[str, Any]:
     args = build_parser().parse_args(["serve", *flags])
     return {**settings_of(args.parser, args, {}), "upstream": None}
-
-
-class GuardedServer:
-    """What ``streamstop serve`` runs, with its protocol and bounds, in a thread."""
-
-    def __init__(self, http: str = PROTOCOL, **bounds: Any) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        self.address = self.sock.getsockname()[:2]
-        self.base_url = "http://{}:{}".format(*self.address)
-        config = ServerConfig(
-            build_app(serve_settings("--delay", "0")),
-            http=http,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            ws="none",
-            timeout_graceful_shutdown=2,
-            **bounds,
-        )
-        self.server = _Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-        if not self.server.ready.wait(10):
-            raise RuntimeError("uvicorn did not start within 10 s")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-        self.sock.close()
-
-    def connect(self) -> socket.socket:
-        return socket.create_connection(self.address, timeout=10)
 
 
 def _httptools() -> bool:
@@ -96,7 +61,7 @@ def http(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def guarded(request: pytest.FixtureRequest, http: str) -> Iterator[GuardedServer]:
-    server = GuardedServer(http, **request.param)
+    server = GuardedServer(http=http, **request.param)
     try:
         yield server
     finally:

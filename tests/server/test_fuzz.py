@@ -33,11 +33,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstop import truncate
-from streamstop._cli import build_parser
-from streamstop.server._commands import build_app, settings_of
-from streamstop.server._protocol import ServerConfig, protocol
 
-from .conftest import _Server
+from .conftest import GuardedServer
 
 EXAMPLES = int(os.environ.get("STREAMSTOP_FUZZ_EXAMPLES", "30"))
 STOPS = ["</s>", "STOP", "\n\nUser:", "<|im_end|>", "ab", "é!"]
@@ -46,39 +43,6 @@ LIMITS = ["--max-body-bytes", "4096", "--max-sse-line-bytes", "2048", "--max-sto
 
 
 # -- the servers ---------------------------------------------------------------------------------
-
-
-class GuardedServer:
-    """``streamstop serve`` or ``proxy`` with ``flags``, as the command runs it, in a thread."""
-
-    def __init__(self, *flags: str) -> None:
-        args = build_parser().parse_args(list(flags))
-        self.settings = settings_of(args.parser, args, {})
-        self.settings.setdefault("upstream", None)
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
-        self.address = self.sock.getsockname()[:2]
-        config = ServerConfig(
-            build_app(self.settings),
-            http=protocol(),
-            head_timeout=5,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            ws="none",
-            timeout_graceful_shutdown=2,
-        )
-        self.server = _Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-        self.thread.start()
-        if not self.server.ready.wait(10):
-            raise RuntimeError("uvicorn did not start within 10 s")
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-        self.sock.close()
 
 
 @dataclass
@@ -202,7 +166,7 @@ def upstream() -> Iterator[Upstream]:
 
 @pytest.fixture(scope="module")
 def serve() -> Iterator[GuardedServer]:
-    server = GuardedServer("serve", "--delay", "0", "--body-timeout", "2", *LIMITS)
+    server = GuardedServer("serve", "--delay", "0", "--body-timeout", "2", *LIMITS, head_timeout=5)
     yield server
     server.stop()
 
@@ -210,7 +174,15 @@ def serve() -> Iterator[GuardedServer]:
 @pytest.fixture(scope="module")
 def proxy(upstream: Upstream) -> Iterator[GuardedServer]:
     server = GuardedServer(
-        "proxy", "--upstream", upstream.url, "--timeout", "5", "--body-timeout", "2", *LIMITS
+        "proxy",
+        "--upstream",
+        upstream.url,
+        "--timeout",
+        "5",
+        "--body-timeout",
+        "2",
+        *LIMITS,
+        head_timeout=5,
     )
     yield server
     server.stop()
