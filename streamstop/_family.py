@@ -8,7 +8,7 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   outputs (slots) a response has, where the text of an event is, which event ends a slot, how a
   cut is written, and how a whole (non-streaming) response is cut. Nothing else differs between
   APIs: adding one is an adapter and a row of the shared table of cases
-  (``tests/server/test_families.py``).
+  (``tests/streamstop/test_families.py``).
 - An event may carry the text of several slots, or several texts (Gemini's candidates and
   parts): the adapter's :meth:`Family.split` makes it pieces of one text each, the core filters
   them one by one, and :meth:`Family.join` makes what comes out one event again. An event that

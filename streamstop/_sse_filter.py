@@ -18,7 +18,7 @@ events becomes):
 - The usual read (one whole event, one ``data:`` line, one live choice with text and no
   ``finish_reason``) takes a short path with the same result: JSON read by
   ``_json.loads_lossy`` (an event sent as it came needs no exact numbers), and read again
-  exactly before anything is written from it (tests/server/test_sse_usual.py pins it).
+  exactly before anything is written from it (tests/streamstop/test_sse_usual.py pins it).
 """
 
 from __future__ import annotations

@@ -464,14 +464,14 @@ async def _drain(stream: Any) -> None:
 
 
 def _responses_head() -> bytes:
-    from .test_families import responses_bytes
+    from ..streamstop.test_families import responses_bytes
 
     # The events up to the message's first delta, "Hi ST": "ST" may be the start of STOP.
     return responses_bytes(["Hi ST"], end=False)
 
 
 def _numbered_events(content: bytes) -> list[dict[str, Any]]:
-    from .test_families import _sse_events
+    from ..streamstop.test_families import _sse_events
 
     payloads = [payload for _, payload in _sse_events(content)]
     assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))

@@ -21,7 +21,13 @@ from streamstop._family_responses import Responses
 from streamstop.server import Message
 
 from ..json_codecs import json_codec  # noqa: F401 (a fixture)
-from .test_families import _sse, _sse_events, responses_bytes, responses_events, responses_read
+from ..streamstop.test_families import (
+    _sse,
+    _sse_events,
+    responses_bytes,
+    responses_events,
+    responses_read,
+)
 
 pytestmark = pytest.mark.usefixtures("json_codec")
 
