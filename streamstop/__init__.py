@@ -7,8 +7,6 @@ puts it in front of any OpenAI-compatible server (the ``server`` extra).
 """
 
 from ._automaton import (
-    PASS_THROUGH,
-    Step,
     StopAutomaton,
     StopMatch,
     StopPatterns,
@@ -21,8 +19,6 @@ from ._text import StopRules, find_stop, split_safe, truncate
 from ._version import __version__ as __version__
 
 __all__ = [
-    "PASS_THROUGH",
-    "Step",
     "StopAutomaton",
     "StopBuffer",
     "StopMatch",

@@ -24,10 +24,10 @@ Rules of this module (everything about matching lives here):
   and follow failure links down to a state with a table (amortised O(1) per character). So
   adversarial sets (long runs of one character, huge alphabets, stops that overlap each other)
   cannot blow the tables up.
-- Whole tokens are stepped by ``advance``, the per-token path, which returns a :class:`Step`.
+- Whole tokens are stepped by ``_advance``, the per-token path, which returns a :class:`_Step`.
   Steps are memoized by (state, token): LLM tokens come from a fixed vocabulary, so a server
-  soon answers most tokens with one dict lookup (``root_step`` is the root's lookup, for the
-  buffer; ``advance_root`` works out what it did not know). A token the memo does not know
+  soon answers most tokens with one dict lookup (``_root_step`` is the root's lookup, for the
+  buffer; ``_advance_root`` works out what it did not know). A token the memo does not know
   costs one C-level test if it has none of the stops' first characters (from the root), or a
   dict test and the root's step if its first character does not continue the held partial
   stop; only tokens that continue a partial walk. The memo is shared by every stream using the
@@ -60,14 +60,12 @@ import threading
 import warnings
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 __all__ = [
     "DEFAULT_REGEX_TIMEOUT",
-    "PASS_THROUGH",
-    "Step",
     "StopAutomaton",
     "StopMatch",
     "StopPatternTimeout",
@@ -116,7 +114,7 @@ _SHORT_TEXT = 8
 _LEAF, _CHAIN, _BRANCH = 0, 1, 2
 
 
-Step: TypeAlias = tuple[int, int, str | None]
+_Step: TypeAlias = tuple[int, int, str | None]
 """What :meth:`StopAutomaton.advance` returns: one step of a stream over a piece of text, the
 tuple ``(state, end, emitted)``:
 
@@ -124,7 +122,7 @@ tuple ``(state, end, emitted)``:
 - ``end``: the offset in the text just past the first completed stop, or -1 if none completed;
 - ``emitted``: when no stop completed, the held text plus the text, less what ``state`` holds
   (what a buffer that does not include stops emits); ``None`` when a stop completed, and for
-  :data:`PASS_THROUGH`, whose output is the text itself.
+  :data:`_PASS_THROUGH`, whose output is the text itself.
 
 With stop ``"</s>"``: from the root, ``"a</"`` is ``(2, -1, "a")`` (``"</"`` held, in state 2);
 from there, ``"s>b"`` is ``(4, 2, None)`` (the stop ends at offset 2 of ``"s>b"``), and ``"x"``
@@ -133,16 +131,16 @@ is ``(0, -1, "</x")``.
 A plain tuple, not a NamedTuple: CPython unpacks an exact tuple in one specialised instruction
 and a tuple subclass through an iterator, which cost 60-130 ns on every token that is held or
 starts a hold (measured with benchmarks/automaton_resources.py --against). Memoized steps are
-shared, so never build one to compare with: test :data:`PASS_THROUGH` by identity.
+shared, so never build one to compare with: test :data:`_PASS_THROUGH` by identity.
 """
 
 # The step from the root over text that completes nothing and ends back at the root: the text
 # passes through untouched. One shared object, so that callers can test it with ``is``.
-PASS_THROUGH: Step = (0, -1, None)
-_EMPTY_STEP: Step = (0, -1, "")
+_PASS_THROUGH: _Step = (0, -1, None)
+_EMPTY_STEP: _Step = (0, -1, "")
 
 # The memo of every state that has none yet: read-only, shared (see _remember).
-_NO_MEMO: dict[str, Step] = {}
+_NO_MEMO: dict[str, _Step] = {}
 _NO_LOOKUP = _NO_MEMO.get
 
 
@@ -203,7 +201,7 @@ def _checked_bytes(name: str, value: object) -> int:
     return value
 
 
-def _entry_cost(text: str, step: Step) -> int:
+def _entry_cost(text: str, step: _Step) -> int:
     """Bytes a memo entry keeps, strings included; more than any budget for one that keeps too
     much text (see _MEMO_EMITTED_LIMIT).
 
@@ -212,7 +210,7 @@ def _entry_cost(text: str, step: Step) -> int:
     costs more than the arithmetic).
     """
     size = _MEMO_SLOT_BYTES + (49 + len(text) if text.isascii() else 76 + 4 * len(text))
-    if step is PASS_THROUGH:
+    if step is _PASS_THROUGH:
         return size
     emitted = step[2]
     if emitted is None or emitted is text:
@@ -284,13 +282,12 @@ class StopAutomaton:
         "_refused",
         "_root_goto",
         "_root_memo",
+        "_root_step",
         "_start_search",
         "_table_bytes",
         "_tables",
         "max_stop_length",
-        "root_step",
         "start_chars",
-        "step_lookups",
         "stops",
     )
 
@@ -309,15 +306,14 @@ class StopAutomaton:
         size = len(self._depth)
         # The memo: a table per state that has memoized steps, keyed by the token. The root's
         # is never replaced (see _forget), so kept at hand too.
-        self._root_memo: dict[str, Step] = {}
-        self._tables: dict[int, dict[str, Step]] = {0: self._root_memo}
+        self._root_memo: dict[str, _Step] = {}
+        self._tables: dict[int, dict[str, _Step]] = {0: self._root_memo}
         # Every state's lookup in its table (a bound dict.get; one shared empty table's for the
         # states with none): what the per-token path of StopBuffer calls, one C-level call with
         # no Python frame, read-only for everyone else. A lookup, not the table: ``_insert`` and
         # ``_forget`` swap them as tables come and go.
-        self._lookups: list[Callable[[str], Step | None]] = [_NO_LOOKUP] * size
-        self.root_step = self._lookups[0] = self._root_memo.get
-        self.step_lookups: Sequence[Callable[[str], Step | None]] = self._lookups
+        self._lookups: list[Callable[[str], _Step | None]] = [_NO_LOOKUP] * size
+        self._root_step = self._lookups[0] = self._root_memo.get
         self._memo_used = 0
         self._forgets = 0
         self._refused = 0
@@ -645,25 +641,25 @@ class StopAutomaton:
                 state = next_state(state, char)
         return state
 
-    def advance(self, state: int, text: str) -> Step:
+    def _advance(self, state: int, text: str) -> _Step:
         """:meth:`scan` from ``state``, with what a buffer emits: the per-token path of every
-        stream (see :class:`Step`).
+        stream (see :class:`_Step`).
 
         From the root, text that passes untouched is answered with the one object
-        :data:`PASS_THROUGH` (its output is the text itself), so that callers can test for it by
+        :data:`_PASS_THROUGH` (its output is the text itself), so that callers can test for it by
         identity.
 
         >>> automaton = StopAutomaton(["</s>"])
-        >>> automaton.advance(0, "a</")  # "</" held, in state 2; "a" out
+        >>> automaton._advance(0, "a</")  # "</" held, in state 2; "a" out
         (2, -1, 'a')
-        >>> automaton.advance(2, "s>b"), automaton.advance(2, "x")  # a stop ends at 2; released
+        >>> automaton._advance(2, "s>b"), automaton._advance(2, "x")  # a stop ends at 2; released
         ((4, 2, None), (0, -1, '</x'))
-        >>> automaton.advance(0, "hello") is PASS_THROUGH
+        >>> automaton._advance(0, "hello") is _PASS_THROUGH
         True
 
         Three answers cost no walk, whatever the number of stops. At the root, steps are
         memoized by the token alone (LLM tokens come from a fixed vocabulary, so a server soon
-        answers most with one dict lookup, :attr:`root_step`), and a token not met before with
+        answers most with one dict lookup, :attr:`_root_step`), and a token not met before with
         none of the stops' first characters passes after one C-level ``frozenset.isdisjoint``.
         In a held state, steps are memoized by (state, token): a token whose first character
         does not continue the partial stop releases the held text and is then the root's answer
@@ -672,12 +668,12 @@ class StopAutomaton:
         """
         if not state:
             result = self._root_memo.get(text)
-            return self.advance_root(text) if result is None else result
+            return self._advance_root(text) if result is None else result
         result = self._lookups[state](text)
-        return self.advance_held(state, text) if result is None else result
+        return self._advance_held(state, text) if result is None else result
 
-    def advance_root(self, text: str) -> Step:
-        """:meth:`advance` from the root for a text that :attr:`root_step` did not know: the
+    def _advance_root(self, text: str) -> _Step:
+        """:meth:`_advance` from the root for a text that :attr:`_root_step` did not know: the
         walk, memoized, without looking in the memo again (for the buffer's per-token path)."""
         if self._passes(text):
             # No stop's first character: nothing to walk (one C-level test).
@@ -688,17 +684,17 @@ class StopAutomaton:
                 # that passes): a new server makes one per token it has not met before.
                 used = self._memo_used + _MEMO_SLOT_BYTES + 49 + len(text)
                 if used <= self._memo_budget and _GIL and text.isascii():
-                    self._root_memo[text] = PASS_THROUGH
+                    self._root_memo[text] = _PASS_THROUGH
                     self._memo_used = used
                 else:
-                    self._remember(0, text, PASS_THROUGH)
-            return PASS_THROUGH
+                    self._remember(0, text, _PASS_THROUGH)
+            return _PASS_THROUGH
         new_state, end = self.scan(0, text)
-        result: Step
+        result: _Step
         if end >= 0:
             result = (new_state, end, None)
         elif not new_state:
-            result = PASS_THROUGH
+            result = _PASS_THROUGH
         else:
             # Nothing was held: out goes the text less what the new state holds.
             result = (new_state, -1, text[: len(text) - self._depth[new_state]])
@@ -706,19 +702,19 @@ class StopAutomaton:
             self._remember(0, text, result)
         return result
 
-    def advance_held(self, state: int, text: str) -> Step:
-        """:meth:`advance` from a state that holds text (not the root) for a text that its
-        lookup in :attr:`step_lookups` did not know: the walk, memoized, without looking in the
+    def _advance_held(self, state: int, text: str) -> _Step:
+        """:meth:`_advance` from a state that holds text (not the root) for a text that its
+        lookup in ``_lookups`` did not know: the walk, memoized, without looking in the
         memo again (for the buffer's per-token path)."""
         deep = self._deep[state]
         depth = self._depth
-        result: Step
+        result: _Step
         if text and (
             text[0] not in deep if deep is not None else depth[self._next(state, text[0])] <= 1
         ):
             # The first character ends the held partial stop, so from there on the walk is the
             # root's over the same text: release the held text, then the root's answer.
-            root_state, end, emitted = self._root_memo.get(text) or self.advance_root(text)
+            root_state, end, emitted = self._root_memo.get(text) or self._advance_root(text)
             if end >= 0:
                 result = (root_state, end, None)
             else:
@@ -766,7 +762,7 @@ class StopAutomaton:
                 if match_length[state]:
                     return state, consumed
                 if depth[state] <= consumed:
-                    new_state, end, _ = self.advance(0, text)
+                    new_state, end, _ = self._advance(0, text)
                     return new_state, end
         except AttributeError:
             # Deep in a long partial stop (no DFA table): the same walk, through failure links.
@@ -776,13 +772,13 @@ class StopAutomaton:
                 if match_length[state]:
                     return state, consumed
                 if depth[state] <= consumed:
-                    new_state, end, _ = self.advance(0, text)
+                    new_state, end, _ = self._advance(0, text)
                     return new_state, end
         return state, -1
 
     # -- the memo ------------------------------------------------------------------------------
 
-    def _remember(self, state: int, text: str, result: Step) -> None:
+    def _remember(self, state: int, text: str, result: _Step) -> None:
         """Memoize a step, within the memo's byte budget.
 
         When the memo is full, new steps are refused until the refused ones add up to what the
@@ -840,7 +836,7 @@ class StopAutomaton:
         """What a new entry for ``state`` costs besides itself: the state's table, if new."""
         return 0 if state in self._tables else _MEMO_TABLE_BYTES
 
-    def _insert(self, state: int, text: str, result: Step, cost: int) -> None:
+    def _insert(self, state: int, text: str, result: _Step, cost: int) -> None:
         # Under self._lock.
         table = self._tables.get(state)
         if table is None:
@@ -867,7 +863,7 @@ class StopAutomaton:
             }
             used += sum(_entry_cost(text, step) for text, step in kept.items())
             if not state:
-                # In place: root_step is bound to this table.
+                # In place: _root_step is bound to this table.
                 table.clear()
                 table.update(kept)
             elif kept:
@@ -879,7 +875,7 @@ class StopAutomaton:
                 self._lookups[state] = _NO_LOOKUP
         self._memo_used = used
 
-    def memo_items(self) -> list[tuple[int, str, Step]]:
+    def _memo_items(self) -> list[tuple[int, str, _Step]]:
         """What the memo holds now, as ``(state, text, step)``: a copy, to look at."""
         with self._lock:
             return [

@@ -326,7 +326,7 @@ class ChunkFilter(Generic[ChunkT]):
         unchanged = piece == text and not buffer.stopped
         # The template is needed only while text is held (see flush): an unchanged chunk after
         # which nothing is held need not be kept (nor read again).
-        if unchanged and buffer.at_root:
+        if unchanged and buffer._at_root:
             return chunk
         given = chunk
         if reread is not None:

@@ -21,19 +21,56 @@ ROOT = Path(__file__).resolve().parents[2]
 PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text", "_extras", "_version"]
 
 
+# What users call (issue 24): the automaton, the buffer, the streams, the whole-string functions,
+# and what regex stops added. The chat layer and the server are their own modules.
+PUBLIC_NAMES = {
+    "StopAutomaton",
+    "StopBuffer",
+    "StopMatch",
+    "StopPatternTimeout",
+    "StopPatterns",
+    "StopRules",
+    "StopStream",
+    "Stops",
+    "SyncStopStream",
+    "find_stop",
+    "split_safe",
+    "truncate",
+}
+# The per-token seam between buffer and stream, public before issue 24: private now.
+OLD_PLUMBING = ["PASS_THROUGH", "Step", "root_step", "step_lookups", "advance_root"]
+OLD_PLUMBING += ["advance_held", "advance", "at_root", "memo_items"]
+
+
 def test_public_names() -> None:
-    assert set(streamstop.__all__) >= {
-        "StopAutomaton",
-        "StopBuffer",
-        "StopStream",
-        "SyncStopStream",
-        "split_safe",
-        "truncate",
-    }
+    assert set(streamstop.__all__) == PUBLIC_NAMES
     for name in streamstop.__all__:
         value = getattr(streamstop, name)
         if inspect.isclass(value) or inspect.isfunction(value):
             assert value.__module__.startswith("streamstop."), name
+
+
+@pytest.mark.parametrize("name", OLD_PLUMBING)
+def test_the_old_plumbing_is_not_public(name: str) -> None:
+    assert name not in streamstop.__all__
+    assert not hasattr(streamstop, name)
+    automaton = streamstop.StopAutomaton(["</s>"])
+    buffer = streamstop.StopBuffer(automaton)
+    assert not hasattr(automaton, name)
+    assert not hasattr(buffer, name)
+    for module_name in PRIVATE_MODULES:
+        assert name not in importlib.import_module(f"streamstop.{module_name}").__all__
+
+
+def test_what_users_call_is_there() -> None:
+    automaton = streamstop.StopAutomaton(["</s>"])
+    assert automaton.find("a</s>b") == streamstop.StopMatch(1, 5, "</s>")
+    assert automaton.scan(0, "a</s") == (3, -1)  # "</s" held, in state 3
+    assert automaton.scan(3, ">") == (4, 1)  # the stop ends at offset 1 of ">"
+    buffer = streamstop.StopBuffer(automaton)
+    assert (buffer.feed("hi </"), buffer.held) == ("hi ", "</")
+    assert (buffer.feed("s> x"), buffer.stopped, buffer.stop_string) == ("", True, "</s>")
+    assert buffer.flush() == ""
 
 
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)

@@ -273,13 +273,13 @@ def test_memo_stays_within_its_budget_and_keeps_learning() -> None:
     frequent_known = 0
     for round_ in range(5_000):
         token = f" w{rng.randrange(10**9)}<"
-        frequent_known += automaton.root_step(" the<") is not None
-        automaton.advance(0, token)
-        automaton.advance(0, " the<")  # a frequent token between rare ones
+        frequent_known += automaton._root_step(" the<") is not None
+        automaton._advance(0, token)
+        automaton._advance(0, " the<")  # a frequent token between rare ones
         assert automaton.memory_size() - tables <= budget
         # Rare tokens met long after the memo first filled are still memoized, many of them (a
         # memo that stopped adding when full would keep none).
-        learned_late += round_ >= 2_500 and automaton.root_step(token) is not None
+        learned_late += round_ >= 2_500 and automaton._root_step(token) is not None
         thinned += automaton.memory_size() - tables < used
         used = automaton.memory_size() - tables
     assert thinned >= 10  # it filled and was thinned again and again
@@ -295,7 +295,7 @@ def test_memo_entries_never_keep_long_held_text() -> None:
     for _ in range(len(stop) - 1):
         assert buffer.feed("x") == ""
     assert buffer.feed("y") == stop[:-1] + "y"
-    entries = [step for _, _, step in automaton.memo_items()]
+    entries = [step for _, _, step in automaton._memo_items()]
     assert entries
     assert all(len(step[2] or "") <= 2 * automaton_module._MEMO_TEXT_LIMIT for step in entries)
     assert automaton.memory_size() - _tables(automaton) < 5_000 * 1_000
@@ -306,7 +306,7 @@ def test_memo_of_zero_bytes_keeps_nothing() -> None:
     buffer = StopBuffer(automaton)
     assert [buffer.feed(chunk) for chunk in ["xa", "a", "b", "c"]] == ["x", "a", "", ""]
     assert buffer.stop_string == "ab"
-    assert not automaton.memo_items()
+    assert not automaton._memo_items()
 
 
 @pytest.mark.parametrize(
@@ -446,7 +446,7 @@ def test_one_automaton_shared_by_threads_answers_as_alone() -> None:
     assert automaton.memory_size() - _tables(automaton) <= 1_500
     # Counted afresh from what the memo holds, not from its running count (written without a
     # lock under the GIL).
-    held = automaton.memo_items()
+    held = automaton._memo_items()
     assert sum(automaton_module._entry_cost(text, step) for _, text, step in held) <= 1_500
 
 
