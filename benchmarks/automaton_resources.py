@@ -56,7 +56,7 @@ from _harness import environment, environment_line
 
 import streamstop._automaton as automaton_module
 from streamstop import StopAutomaton, StopBuffer, split_safe, truncate
-from streamstop._automaton import DEFAULT_MEMO_BYTES, _entry_cost, _Step
+from streamstop._memo import DEFAULT_MEMO_BYTES, _entry_cost, _Step
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

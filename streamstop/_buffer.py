@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ._automaton import _PASS_THROUGH, StopAutomaton, StopPatterns, Stops, _Step, checked_rules
+from ._automaton import StopAutomaton, Stops
+from ._memo import _PASS_THROUGH, _Step
+from ._patterns import StopPatterns, checked_rules
 
 __all__ = ["RuleBuffer", "StopBuffer"]
 

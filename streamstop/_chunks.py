@@ -37,8 +37,9 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
-from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
+from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, checked_rules
 from ._text import find_stop
 
 __all__ = [

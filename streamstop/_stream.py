@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from typing import TYPE_CHECKING
 
-from ._automaton import _PASS_THROUGH, StopAutomaton, Stops
+from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 from ._lifecycle import AsyncSourceStream, SyncSourceStream
+from ._memo import _PASS_THROUGH
 
 if TYPE_CHECKING:
-    from ._automaton import StopPatterns
+    from ._patterns import StopPatterns
 
 __all__ = ["StopStream", "SyncStopStream"]
 

@@ -62,10 +62,11 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .. import _json
-from .._automaton import StopAutomaton, StopPatterns, StopPatternTimeout
+from .._automaton import StopAutomaton
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
+from .._patterns import StopPatterns, StopPatternTimeout
 from .._sse_filter import SSEFilter
 from .._text import StopRules
 from ._asgi import (

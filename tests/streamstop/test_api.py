@@ -18,7 +18,8 @@ from ..handbook import handbook
 from ..public_api import public_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text", "_extras", "_version"]
+PRIVATE_MODULES = ["_automaton", "_memo", "_patterns", "_buffer", "_stream", "_text", "_extras"]
+PRIVATE_MODULES += ["_version"]
 
 
 # What users call (issue 24): the automaton, the buffer, the streams, the whole-string functions,

@@ -20,8 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streamstop._automaton as automaton_module
+import streamstop._memo as memo_module
 from streamstop import StopAutomaton, StopBuffer, StopStream, split_safe, truncate
-from streamstop._automaton import DEFAULT_CACHE_BYTES, DEFAULT_MEMO_BYTES
+from streamstop._memo import DEFAULT_CACHE_BYTES, DEFAULT_MEMO_BYTES
 
 from .reference import all_chunkings, reference_emitted, reference_match, reference_split_safe
 
@@ -297,7 +298,7 @@ def test_memo_entries_never_keep_long_held_text() -> None:
     assert buffer.feed("y") == stop[:-1] + "y"
     entries = [step for _, _, step in automaton._memo_items()]
     assert entries
-    assert all(len(step[2] or "") <= 2 * automaton_module._MEMO_TEXT_LIMIT for step in entries)
+    assert all(len(step[2] or "") <= 2 * memo_module._MEMO_TEXT_LIMIT for step in entries)
     assert automaton.memory_size() - _tables(automaton) < 5_000 * 1_000
 
 
@@ -329,11 +330,11 @@ def test_memo_budget_is_checked(value: object, error: type[Exception], message: 
 
 
 @pytest.fixture
-def automata_cache() -> Iterator[automaton_module._AutomatonCache]:
-    automaton_module._CACHE.clear()
-    yield automaton_module._CACHE
+def automata_cache() -> Iterator[memo_module._AutomatonCache]:
+    memo_module._CACHE.clear()
+    yield memo_module._CACHE
     StopAutomaton.set_cache_budget(DEFAULT_CACHE_BYTES)
-    automaton_module._CACHE.clear()
+    memo_module._CACHE.clear()
 
 
 def _charge(stops: list[str]) -> int:
@@ -341,7 +342,7 @@ def _charge(stops: list[str]) -> int:
 
 
 def test_cache_keeps_what_fits_least_recently_used_out(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     sets = [[f"stop{i}"] for i in range(3)]
     StopAutomaton.set_cache_budget(2 * _charge(sets[0]) + 100)
@@ -358,7 +359,7 @@ def test_cache_keeps_what_fits_least_recently_used_out(
 
 
 def test_cache_budget_shrinks_at_once_and_zero_turns_it_off(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     for i in range(5):
         StopAutomaton.from_stops([f"s{i}"])
@@ -373,7 +374,7 @@ def test_cache_budget_shrinks_at_once_and_zero_turns_it_off(
 
 
 def test_an_automaton_over_the_whole_budget_is_built_but_not_kept(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     StopAutomaton.from_stops(["small"])
     StopAutomaton.set_cache_budget(_charge(["small"]) + 1_000)
@@ -384,7 +385,7 @@ def test_an_automaton_over_the_whole_budget_is_built_but_not_kept(
     assert StopAutomaton.from_stops(big) is not automaton
 
 
-def test_from_stops_from_many_threads(automata_cache: automaton_module._AutomatonCache) -> None:
+def test_from_stops_from_many_threads(automata_cache: memo_module._AutomatonCache) -> None:
     sets = [[f"<{i}>", f"</{i}>", "x" * 500 + str(i)] for i in range(4)]
     threads = 12
     barrier = threading.Barrier(threads)
@@ -447,7 +448,7 @@ def test_one_automaton_shared_by_threads_answers_as_alone() -> None:
     # Counted afresh from what the memo holds, not from its running count (written without a
     # lock under the GIL).
     held = automaton._memo_items()
-    assert sum(automaton_module._entry_cost(text, step) for _, text, step in held) <= 1_500
+    assert sum(memo_module._entry_cost(text, step) for _, text, step in held) <= 1_500
 
 
 @pytest.mark.anyio
