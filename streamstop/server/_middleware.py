@@ -1,5 +1,10 @@
 """StopMiddleware: stop strings for any ASGI app serving the OpenAI completion endpoints.
 
+Why this module runs past 600 lines: it is the life cycle of one request, from the body read
+to the last byte sent, and every step of it shares one exchange's state (``_Exchange``). What
+does not share it is elsewhere already: parsing and limits (:mod:`._request`, :mod:`._limits`),
+the filters (:mod:`streamstop.chat`, ``_family.py``), the request record (:mod:`._record`).
+
 Rules of this module (the life cycle of one request lives here; the filtering in
 :mod:`streamstop.chat`):
 
