@@ -15,7 +15,7 @@ import pytest
 import streamstop
 
 from ..handbook import handbook
-from ..public_api import public_definitions
+from ..public_api import public_definitions, public_members
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE_MODULES = ["_automaton", "_memo", "_patterns", "_buffer", "_stream", "_text", "_extras"]
@@ -38,6 +38,18 @@ PUBLIC_NAMES = {
     "split_safe",
     "truncate",
 }
+# What each class of the core offers (issue 24): a new public member is a decision, made here.
+PUBLIC_MEMBERS: dict[type, set[str]] = {
+    streamstop.StopAutomaton: {"find", "scan", "run", "from_stops", "set_cache_budget"}
+    | {"hold_length", "match_length", "state_text", "memory_size"}
+    | {"max_stop_length", "start_chars", "stops"},
+    streamstop.StopBuffer: {"feed", "flush", "held", "stopped", "stop_string", "stop_pattern"}
+    | {"automaton", "stops", "patterns", "include_stop", "arm_after", "armed"},
+    streamstop.StopStream: {"aclose", "buffer", "closed", "held", "stopped", "stop_string"}
+    | {"stop_pattern"},
+    streamstop.SyncStopStream: {"close", "buffer", "closed", "held", "stopped", "stop_string"}
+    | {"stop_pattern"},
+}
 # The per-token seam between buffer and stream, public before issue 24: private now.
 OLD_PLUMBING = ["PASS_THROUGH", "Step", "root_step", "step_lookups", "advance_root"]
 OLD_PLUMBING += ["advance_held", "advance", "at_root", "memo_items"]
@@ -49,6 +61,11 @@ def test_public_names() -> None:
         value = getattr(streamstop, name)
         if inspect.isclass(value) or inspect.isfunction(value):
             assert value.__module__.startswith("streamstop."), name
+
+
+@pytest.mark.parametrize("cls", list(PUBLIC_MEMBERS), ids=lambda cls: cls.__name__)
+def test_public_members(cls: type) -> None:
+    assert public_members(cls) == PUBLIC_MEMBERS[cls]
 
 
 @pytest.mark.parametrize("name", OLD_PLUMBING)
