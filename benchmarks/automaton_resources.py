@@ -56,7 +56,7 @@ from _harness import environment, environment_line
 
 import streamstop._automaton as automaton_module
 from streamstop import StopAutomaton, StopBuffer, split_safe, truncate
-from streamstop._automaton import DEFAULT_MEMO_BYTES, Step, _entry_cost
+from streamstop._memo import DEFAULT_MEMO_BYTES, _entry_cost, _Step
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -232,7 +232,7 @@ class FirstComeAutomaton(StopAutomaton):
 
     __slots__ = ()
 
-    def _remember(self, state: int, text: str, result: Step) -> None:
+    def _remember(self, state: int, text: str, result: _Step) -> None:
         cost = _entry_cost(text, result)
         with self._lock:
             if self._memo_used + cost + self._table_cost(state) <= self._memo_budget:
@@ -244,7 +244,7 @@ class ForgetAllAutomaton(StopAutomaton):
 
     __slots__ = ()
 
-    def _remember(self, state: int, text: str, result: Step) -> None:
+    def _remember(self, state: int, text: str, result: _Step) -> None:
         cost = _entry_cost(text, result)
         budget = self._memo_budget
         if cost > budget:
@@ -336,9 +336,9 @@ def _hit_rates(
         stopped = False
         for token in completion:
             if not stopped:
-                if automaton.step_lookups[state](token) is not None:
+                if automaton._lookups[state](token) is not None:
                     hits[counted // window] += 1
-                state, end, _ = automaton.advance(state, token)
+                state, end, _ = automaton._advance(state, token)
                 stopped = end >= 0
             counted += 1
     rates = [count / min(window, len(tokens) - i * window) for i, count in enumerate(hits)]

@@ -6,23 +6,14 @@ sans-I/O; :class:`StopStream` and :class:`SyncStopStream` are thin loops around 
 puts it in front of any OpenAI-compatible server (the ``server`` extra).
 """
 
-from ._automaton import (
-    PASS_THROUGH,
-    Step,
-    StopAutomaton,
-    StopMatch,
-    StopPatterns,
-    StopPatternTimeout,
-    Stops,
-)
+from ._automaton import StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, StopPatternTimeout
 from ._stream import StopStream, SyncStopStream
 from ._text import StopRules, find_stop, split_safe, truncate
 from ._version import __version__ as __version__
 
 __all__ = [
-    "PASS_THROUGH",
-    "Step",
     "StopAutomaton",
     "StopBuffer",
     "StopMatch",

@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from ._automaton import PASS_THROUGH, Step, StopAutomaton, StopPatterns, Stops, checked_rules
+from ._automaton import StopAutomaton, Stops
+from ._memo import _PASS_THROUGH, _Step
+from ._patterns import StopPatterns, checked_rules
 
 __all__ = ["RuleBuffer", "StopBuffer"]
 
@@ -80,6 +82,7 @@ class StopBuffer:
     __slots__ = (
         "_advance_held",
         "_advance_root",
+        "_at_root",
         "_automaton",
         "_decoder",
         "_errors",
@@ -91,10 +94,9 @@ class StopBuffer:
         "_state",
         "_stop_string",
         "_stopped",
-        "at_root",
     )
 
-    at_root: bool
+    _at_root: bool
 
     def __new__(
         cls,
@@ -133,20 +135,20 @@ class StopBuffer:
         # (stopped, flushed, or bytes of an unfinished character pending): one load tells both.
         self._fast_state = 0
         # Read-only for everyone else. Whether the buffer takes str chunks with nothing held
-        # and no stop reached: then a token ``t`` with ``automaton.root_step(t) is
-        # PASS_THROUGH`` comes out of feed() whole and leaves the buffer as it is, so that a
+        # and no stop reached: then a token ``t`` with ``automaton._root_step(t) is
+        # _PASS_THROUGH`` comes out of feed() whole and leaves the buffer as it is, so that a
         # loop may pass it on without the call. A plain attribute: the async shells read it
         # before every token, and a property costs a call.
-        self.at_root = True
+        self._at_root = True
         self._stop_string: str | None = None
         self._stopped = False
         self._finished = False
         automaton = self._automaton
         # Bound once: the per-token path calls them on every token.
-        self._root_step = automaton.root_step
-        self._lookups = automaton.step_lookups
-        self._advance_root = automaton.advance_root
-        self._advance_held = automaton.advance_held
+        self._root_step = automaton._root_step
+        self._lookups = automaton._lookups
+        self._advance_root = automaton._advance_root
+        self._advance_held = automaton._advance_held
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -216,8 +218,8 @@ class StopBuffer:
         After a stop has completed, returns ``""``: that text lies past the stop.
         """
         # The per-token path of every stream, for str chunks while running: from any state, one
-        # dict lookup answers the tokens met before (the automaton's root_step and
-        # step_lookups; keyed by str, so a chunk of another type misses); a token not met before
+        # dict lookup answers the tokens met before (the automaton's _root_step and
+        # _lookups; keyed by str, so a chunk of another type misses); a token not met before
         # passes in one C-level test if it has none of the stops' first characters; any other
         # is worked out by the automaton. Lookups are read into locals before the call: called
         # straight off ``self``, a bound method is a lookup CPython 3.11 does not specialise.
@@ -228,7 +230,7 @@ class StopBuffer:
                 step = root_step(chunk)  # type: ignore[arg-type]
             except TypeError:  # unhashable, so not text: reported by _feed_other
                 return self._feed_other(chunk)
-            if step is PASS_THROUGH:
+            if step is _PASS_THROUGH:
                 # __class__ rather than type(): the same answer for str, at a third less, on
                 # most tokens of every stream.
                 if chunk.__class__ is str:
@@ -241,7 +243,7 @@ class StopBuffer:
                     return self._feed_other(chunk)
                 advance_root = self._advance_root
                 step = advance_root(chunk)
-                if step is PASS_THROUGH:
+                if step is _PASS_THROUGH:
                     return chunk
         else:
             if state < 0:
@@ -257,13 +259,13 @@ class StopBuffer:
                 advance_held = self._advance_held
                 step = advance_held(state, chunk)
         # Here the chunk is a str, maybe of a subclass (a memo hit), and the step is not
-        # PASS_THROUGH (only the root's can be), so its text is plain str anyway: slices and
+        # _PASS_THROUGH (only the root's can be), so its text is plain str anyway: slices and
         # joins of the plain text it was worked out from. No typing.cast: it is a call, on
         # every token.
         new_state, end, emitted = step
         if end < 0 and not self._include_stop:
             self._state = self._fast_state = new_state
-            self.at_root = not new_state
+            self._at_root = not new_state
             return emitted  # type: ignore[return-value]  # a str whenever end < 0
         return self._apply(state, chunk, step)  # type: ignore[arg-type]
 
@@ -276,18 +278,18 @@ class StopBuffer:
             # Bytes of an unfinished character are pending: a str chunk now would be an error,
             # which only the slow path checks.
             self._fast_state = -1
-            self.at_root = False
+            self._at_root = False
         return piece
 
     def _advance(self, text: str) -> str:
-        return self._apply(self._state, text, self._automaton.advance(self._state, text))
+        return self._apply(self._state, text, self._automaton._advance(self._state, text))
 
-    def _apply(self, state: int, text: str, step: Step) -> str:
+    def _apply(self, state: int, text: str, step: _Step) -> str:
         """Take the automaton's step by ``text`` from ``state`` (see StopAutomaton.advance)."""
         new_state, end, emitted = step
         if end < 0:
             self._state = self._fast_state = new_state
-            self.at_root = not new_state
+            self._at_root = not new_state
             if self._include_stop or emitted is None:  # None: passed through whole
                 return str(text)  # plain text, for a chunk of a str subclass too
             return emitted
@@ -307,7 +309,7 @@ class StopBuffer:
         self._stopped = True
         self._state = 0
         self._fast_state = -1
-        self.at_root = False
+        self._at_root = False
 
     def flush(self) -> str:
         """End of input: return the held text, which turned out not to be a stop.
@@ -323,11 +325,11 @@ class StopBuffer:
             decoded = self._decoder.decode(b"", final=True)
             if decoded:
                 tail = self._apply(
-                    self._state, decoded, self._automaton.advance(self._state, decoded)
+                    self._state, decoded, self._automaton._advance(self._state, decoded)
                 )
         self._finished = True
         self._fast_state = -1
-        self.at_root = False
+        self._at_root = False
         if self._stop_string is not None:
             return tail
         held = self.held
@@ -427,7 +429,7 @@ class RuleBuffer(StopBuffer):
         # Every piece goes through feed(): the streams' shortcut for a token that passes the
         # literal stops would skip the patterns and the marker.
         self._fast_state = -1
-        self.at_root = False
+        self._at_root = False
 
     def __repr__(self) -> str:
         status = f"stopped at {self._stop_string!r}" if self._stop_string is not None else "running"
@@ -486,7 +488,7 @@ class RuleBuffer(StopBuffer):
             return self._armed_text(text)
         marker = self._marker
         assert marker is not None
-        state, end, _ = marker.advance(self._marker_state, text)
+        state, end, _ = marker._advance(self._marker_state, text)
         if end < 0:
             self._marker_state = state
             return text  # nothing can be a stop yet: all of it passes
@@ -512,7 +514,7 @@ class RuleBuffer(StopBuffer):
         automaton = self._automaton
         # The cut so far: (end, start, pattern), pattern None for a literal stop.
         cut: tuple[int, int, str | None] | None = None
-        literal, found, _ = automaton.advance(self._literal, piece)
+        literal, found, _ = automaton._advance(self._literal, piece)
         if found >= 0:
             end = old + found
             cut = (end, end - automaton.match_length(literal), None)

@@ -37,8 +37,9 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeGuard, TypeVar
 
-from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
+from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, checked_rules
 from ._text import find_stop
 
 __all__ = [
@@ -326,7 +327,7 @@ class ChunkFilter(Generic[ChunkT]):
         unchanged = piece == text and not buffer.stopped
         # The template is needed only while text is held (see flush): an unchanged chunk after
         # which nothing is held need not be kept (nor read again).
-        if unchanged and buffer.at_root:
+        if unchanged and buffer._at_root:
             return chunk
         given = chunk
         if reread is not None:

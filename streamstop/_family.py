@@ -37,8 +37,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import _json
-from ._automaton import StopAutomaton, StopPatterns, Stops, checked_rules
+from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._patterns import StopPatterns, checked_rules
 from ._sse import (
     SSEDecoder,
     SSEFrameTooLarge,

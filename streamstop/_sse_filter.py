@@ -28,8 +28,9 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from . import _json
-from ._automaton import StopAutomaton, StopPatterns, Stops
+from ._automaton import StopAutomaton, Stops
 from ._chunks import NOT_USUAL, ChunkFilter
+from ._patterns import StopPatterns
 from ._sse import (
     DONE_EVENT,
     RawEvent,

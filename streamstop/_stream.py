@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from typing import TYPE_CHECKING
 
-from ._automaton import PASS_THROUGH, StopAutomaton, Stops
+from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
 from ._lifecycle import AsyncSourceStream, SyncSourceStream
+from ._memo import _PASS_THROUGH
 
 if TYPE_CHECKING:
-    from ._automaton import StopPatterns
+    from ._patterns import StopPatterns
 
 __all__ = ["StopStream", "SyncStopStream"]
 
@@ -103,9 +104,9 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
 
     async def _iterate(self) -> AsyncGenerator[str, None]:
         # The per-token path of every stream. Most tokens arrive with nothing held and are known
-        # to pass whole (see StopBuffer.at_root): one dict lookup instead of feed's frame. That
+        # to pass whole (see StopBuffer._at_root): one dict lookup instead of feed's frame. That
         # lookup (hashing a new str, probing the memo) is most of what this loop adds to a bare
-        # pass-through; a local copy of at_root saved only 2-3% and would miss a buffer fed or
+        # pass-through; a local copy of _at_root saved only 2-3% and would miss a buffer fed or
         # flushed from outside the loop, so it is read from the buffer each time.
         buffer = self._buffer
         try:
@@ -114,10 +115,10 @@ class StopStream(_Filtered, AsyncSourceStream[str]):
                 return
             feed = buffer.feed
             # Keyed by str, called with any chunk: one of another type misses (feed then decides).
-            root_step = buffer.automaton.root_step
-            pass_through = PASS_THROUGH
+            root_step = buffer.automaton._root_step
+            pass_through = _PASS_THROUGH
             async for chunk in iterator:
-                if buffer.at_root:
+                if buffer._at_root:
                     try:
                         step = root_step(chunk)
                     except TypeError:  # unhashable: feed() reports it
@@ -191,10 +192,10 @@ class SyncStopStream(_Filtered, SyncSourceStream[str]):
             if iterator is None:
                 return
             feed = buffer.feed
-            root_step = buffer.automaton.root_step
-            pass_through = PASS_THROUGH
+            root_step = buffer.automaton._root_step
+            pass_through = _PASS_THROUGH
             for chunk in iterator:
-                if buffer.at_root:
+                if buffer._at_root:
                     try:
                         step = root_step(chunk)
                     except TypeError:

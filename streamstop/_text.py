@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._automaton import StopAutomaton, StopMatch, Stops, checked_rules
+from ._automaton import StopAutomaton, StopMatch, Stops
 from ._buffer import StopBuffer
+from ._patterns import checked_rules
 
 if TYPE_CHECKING:
-    from ._automaton import StopPatterns
+    from ._patterns import StopPatterns
 
 __all__ = ["StopRules", "find_stop", "split_safe", "truncate"]
 

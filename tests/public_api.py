@@ -15,3 +15,8 @@ def public_definitions(module: ModuleType) -> set[str]:
         and (inspect.isclass(value) or inspect.isfunction(value))
         and value.__module__ == module.__name__
     }
+
+
+def public_members(cls: type) -> set[str]:
+    """The public attributes, methods and properties of ``cls``, inherited ones included."""
+    return {name for name in dir(cls) if not name.startswith("_")}

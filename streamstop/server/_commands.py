@@ -1,5 +1,10 @@
 """The ``streamstop serve`` and ``streamstop proxy`` commands.
 
+Why this module runs past 600 lines: it is both commands end to end, the flags (every field
+of ``RequestLimits``, each with its environment variable and its check), the settings dict they
+resolve to, and the handlers that build the app and run uvicorn from it; split, that dict would
+be a contract between two modules.
+
 Importing this module needs only the standard library: ``streamstop filter`` and ``demo`` work
 without the ``server`` extra. uvicorn (and httpx, for the proxy) are imported by the handlers,
 which say how to install them when they are missing.

@@ -1,5 +1,10 @@
 """StopMiddleware: stop strings for any ASGI app serving the OpenAI completion endpoints.
 
+Why this module runs past 600 lines: it is the life cycle of one request, from the body read
+to the last byte sent, and every step of it shares one exchange's state (``_Exchange``). What
+does not share it is elsewhere already: parsing and limits (:mod:`._request`, :mod:`._limits`),
+the filters (:mod:`streamstop.chat`, ``_family.py``), the request record (:mod:`._record`).
+
 Rules of this module (the life cycle of one request lives here; the filtering in
 :mod:`streamstop.chat`):
 
@@ -62,10 +67,11 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .. import _json
-from .._automaton import StopAutomaton, StopPatterns, StopPatternTimeout
+from .._automaton import StopAutomaton
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
+from .._patterns import StopPatterns, StopPatternTimeout
 from .._sse_filter import SSEFilter
 from .._text import StopRules
 from ._asgi import (

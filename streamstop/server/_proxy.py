@@ -1,5 +1,9 @@
 """ProxyApp: an ASGI app forwarding ``/v1/...`` to an OpenAI-compatible upstream with httpx.
 
+Why this module runs past 600 lines: it is one forwarded exchange, the path checks, the
+upstream's errors in each API family's shape and the event-by-event relay with its faults,
+all on one exchange's state (``_Exchange``); the filtering itself is the middleware's.
+
 Put it behind :class:`~streamstop.server.StopMiddleware` (that is ``streamstop proxy``) and any
 backend gets stops of any number, cut without leaks. Rules:
 

@@ -24,8 +24,8 @@ import re
 from typing import Any
 
 from .. import _json
-from .._automaton import INSTALL_HINT, StopPatterns, pattern_width
 from .._chunks import is_choice_count
+from .._patterns import INSTALL_HINT, StopPatterns, pattern_width
 from ._asgi import Send, send_error
 from ._limits import RequestLimits, set_by
 

@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 
+import streamstop.chat
 import streamstop.server
 from streamstop.chat import ChunkStream, SyncChunkStream
 from streamstop.server import EchoModel, ProxyApp, StopMiddleware
@@ -30,8 +31,19 @@ PRIVATE_MODULES = [
 PRIVATE_MODULES += ["_app", "_auth", "_deadline", "_logging", "_observe", "_protocol"]
 
 
+# The server's entry points and what an app around them needs (issue 24: pinned, so that
+# nothing becomes public by accident).
+SERVER_NAMES = {"StopMiddleware", "ProxyApp", "EchoModel", "echo_pieces", "RequestLimits"}
+SERVER_NAMES |= {"DEFAULT_PATHS", "BodyDeadline", "ClientKeys", "Observed"}
+SERVER_NAMES |= {"ASGIApp", "Message", "Receive", "Scope", "Send"}
+CHAT_NAMES = {"ChunkFilter", "ChunkStream", "SSEFilter", "SyncChunkStream", "truncate_response"}
+
+
 def test_package_exports() -> None:
-    assert {"StopMiddleware", "EchoModel", "ProxyApp"} <= set(streamstop.server.__all__)
+    assert set(streamstop.server.__all__) == SERVER_NAMES
+    assert set(streamstop.chat.__all__) == CHAT_NAMES
+    for name in streamstop.chat.__all__:
+        assert hasattr(streamstop.chat, name), name
     for name in streamstop.server.__all__:
         assert hasattr(streamstop.server, name), name
 

@@ -139,7 +139,7 @@ def test_no_patterns(value: Any) -> None:
 
 
 def test_without_the_extra_the_server_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamstop._automaton as patterns
+    import streamstop._patterns as patterns
 
     def missing() -> Any:
         raise ImportError(patterns.INSTALL_HINT)

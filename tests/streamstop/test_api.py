@@ -15,25 +15,80 @@ import pytest
 import streamstop
 
 from ..handbook import handbook
-from ..public_api import public_definitions
+from ..public_api import public_definitions, public_members
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE_MODULES = ["_automaton", "_buffer", "_stream", "_text", "_extras", "_version"]
+PRIVATE_MODULES = ["_automaton", "_memo", "_patterns", "_buffer", "_stream", "_text", "_extras"]
+PRIVATE_MODULES += ["_version"]
+
+
+# What users call (issue 24): the automaton, the buffer, the streams, the whole-string functions,
+# and what regex stops added. The chat layer and the server are their own modules.
+PUBLIC_NAMES = {
+    "StopAutomaton",
+    "StopBuffer",
+    "StopMatch",
+    "StopPatternTimeout",
+    "StopPatterns",
+    "StopRules",
+    "StopStream",
+    "Stops",
+    "SyncStopStream",
+    "find_stop",
+    "split_safe",
+    "truncate",
+}
+# What each class of the core offers (issue 24): a new public member is a decision, made here.
+PUBLIC_MEMBERS: dict[type, set[str]] = {
+    streamstop.StopAutomaton: {"find", "scan", "run", "from_stops", "set_cache_budget"}
+    | {"hold_length", "match_length", "state_text", "memory_size"}
+    | {"max_stop_length", "start_chars", "stops"},
+    streamstop.StopBuffer: {"feed", "flush", "held", "stopped", "stop_string", "stop_pattern"}
+    | {"automaton", "stops", "patterns", "include_stop", "arm_after", "armed"},
+    streamstop.StopStream: {"aclose", "buffer", "closed", "held", "stopped", "stop_string"}
+    | {"stop_pattern"},
+    streamstop.SyncStopStream: {"close", "buffer", "closed", "held", "stopped", "stop_string"}
+    | {"stop_pattern"},
+}
+# The per-token seam between buffer and stream, public before issue 24: private now.
+OLD_PLUMBING = ["PASS_THROUGH", "Step", "root_step", "step_lookups", "advance_root"]
+OLD_PLUMBING += ["advance_held", "advance", "at_root", "memo_items"]
 
 
 def test_public_names() -> None:
-    assert set(streamstop.__all__) >= {
-        "StopAutomaton",
-        "StopBuffer",
-        "StopStream",
-        "SyncStopStream",
-        "split_safe",
-        "truncate",
-    }
+    assert set(streamstop.__all__) == PUBLIC_NAMES
     for name in streamstop.__all__:
         value = getattr(streamstop, name)
         if inspect.isclass(value) or inspect.isfunction(value):
             assert value.__module__.startswith("streamstop."), name
+
+
+@pytest.mark.parametrize("cls", list(PUBLIC_MEMBERS), ids=lambda cls: cls.__name__)
+def test_public_members(cls: type) -> None:
+    assert public_members(cls) == PUBLIC_MEMBERS[cls]
+
+
+@pytest.mark.parametrize("name", OLD_PLUMBING)
+def test_the_old_plumbing_is_not_public(name: str) -> None:
+    assert name not in streamstop.__all__
+    assert not hasattr(streamstop, name)
+    automaton = streamstop.StopAutomaton(["</s>"])
+    buffer = streamstop.StopBuffer(automaton)
+    assert not hasattr(automaton, name)
+    assert not hasattr(buffer, name)
+    for module_name in PRIVATE_MODULES:
+        assert name not in importlib.import_module(f"streamstop.{module_name}").__all__
+
+
+def test_what_users_call_is_there() -> None:
+    automaton = streamstop.StopAutomaton(["</s>"])
+    assert automaton.find("a</s>b") == streamstop.StopMatch(1, 5, "</s>")
+    assert automaton.scan(0, "a</s") == (3, -1)  # "</s" held, in state 3
+    assert automaton.scan(3, ">") == (4, 1)  # the stop ends at offset 1 of ">"
+    buffer = streamstop.StopBuffer(automaton)
+    assert (buffer.feed("hi </"), buffer.held) == ("hi ", "</")
+    assert (buffer.feed("s> x"), buffer.stopped, buffer.stop_string) == ("", True, "</s>")
+    assert buffer.flush() == ""
 
 
 @pytest.mark.parametrize("module_name", PRIVATE_MODULES)

@@ -20,8 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streamstop._automaton as automaton_module
+import streamstop._memo as memo_module
 from streamstop import StopAutomaton, StopBuffer, StopStream, split_safe, truncate
-from streamstop._automaton import DEFAULT_CACHE_BYTES, DEFAULT_MEMO_BYTES
+from streamstop._memo import DEFAULT_CACHE_BYTES, DEFAULT_MEMO_BYTES
 
 from .reference import all_chunkings, reference_emitted, reference_match, reference_split_safe
 
@@ -273,13 +274,13 @@ def test_memo_stays_within_its_budget_and_keeps_learning() -> None:
     frequent_known = 0
     for round_ in range(5_000):
         token = f" w{rng.randrange(10**9)}<"
-        frequent_known += automaton.root_step(" the<") is not None
-        automaton.advance(0, token)
-        automaton.advance(0, " the<")  # a frequent token between rare ones
+        frequent_known += automaton._root_step(" the<") is not None
+        automaton._advance(0, token)
+        automaton._advance(0, " the<")  # a frequent token between rare ones
         assert automaton.memory_size() - tables <= budget
         # Rare tokens met long after the memo first filled are still memoized, many of them (a
         # memo that stopped adding when full would keep none).
-        learned_late += round_ >= 2_500 and automaton.root_step(token) is not None
+        learned_late += round_ >= 2_500 and automaton._root_step(token) is not None
         thinned += automaton.memory_size() - tables < used
         used = automaton.memory_size() - tables
     assert thinned >= 10  # it filled and was thinned again and again
@@ -295,9 +296,9 @@ def test_memo_entries_never_keep_long_held_text() -> None:
     for _ in range(len(stop) - 1):
         assert buffer.feed("x") == ""
     assert buffer.feed("y") == stop[:-1] + "y"
-    entries = [step for _, _, step in automaton.memo_items()]
+    entries = [step for _, _, step in automaton._memo_items()]
     assert entries
-    assert all(len(step[2] or "") <= 2 * automaton_module._MEMO_TEXT_LIMIT for step in entries)
+    assert all(len(step[2] or "") <= 2 * memo_module._MEMO_TEXT_LIMIT for step in entries)
     assert automaton.memory_size() - _tables(automaton) < 5_000 * 1_000
 
 
@@ -306,7 +307,7 @@ def test_memo_of_zero_bytes_keeps_nothing() -> None:
     buffer = StopBuffer(automaton)
     assert [buffer.feed(chunk) for chunk in ["xa", "a", "b", "c"]] == ["x", "a", "", ""]
     assert buffer.stop_string == "ab"
-    assert not automaton.memo_items()
+    assert not automaton._memo_items()
 
 
 @pytest.mark.parametrize(
@@ -329,11 +330,11 @@ def test_memo_budget_is_checked(value: object, error: type[Exception], message: 
 
 
 @pytest.fixture
-def automata_cache() -> Iterator[automaton_module._AutomatonCache]:
-    automaton_module._CACHE.clear()
-    yield automaton_module._CACHE
+def automata_cache() -> Iterator[memo_module._AutomatonCache]:
+    memo_module._CACHE.clear()
+    yield memo_module._CACHE
     StopAutomaton.set_cache_budget(DEFAULT_CACHE_BYTES)
-    automaton_module._CACHE.clear()
+    memo_module._CACHE.clear()
 
 
 def _charge(stops: list[str]) -> int:
@@ -341,7 +342,7 @@ def _charge(stops: list[str]) -> int:
 
 
 def test_cache_keeps_what_fits_least_recently_used_out(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     sets = [[f"stop{i}"] for i in range(3)]
     StopAutomaton.set_cache_budget(2 * _charge(sets[0]) + 100)
@@ -358,7 +359,7 @@ def test_cache_keeps_what_fits_least_recently_used_out(
 
 
 def test_cache_budget_shrinks_at_once_and_zero_turns_it_off(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     for i in range(5):
         StopAutomaton.from_stops([f"s{i}"])
@@ -373,7 +374,7 @@ def test_cache_budget_shrinks_at_once_and_zero_turns_it_off(
 
 
 def test_an_automaton_over_the_whole_budget_is_built_but_not_kept(
-    automata_cache: automaton_module._AutomatonCache,
+    automata_cache: memo_module._AutomatonCache,
 ) -> None:
     StopAutomaton.from_stops(["small"])
     StopAutomaton.set_cache_budget(_charge(["small"]) + 1_000)
@@ -384,7 +385,7 @@ def test_an_automaton_over_the_whole_budget_is_built_but_not_kept(
     assert StopAutomaton.from_stops(big) is not automaton
 
 
-def test_from_stops_from_many_threads(automata_cache: automaton_module._AutomatonCache) -> None:
+def test_from_stops_from_many_threads(automata_cache: memo_module._AutomatonCache) -> None:
     sets = [[f"<{i}>", f"</{i}>", "x" * 500 + str(i)] for i in range(4)]
     threads = 12
     barrier = threading.Barrier(threads)
@@ -446,8 +447,8 @@ def test_one_automaton_shared_by_threads_answers_as_alone() -> None:
     assert automaton.memory_size() - _tables(automaton) <= 1_500
     # Counted afresh from what the memo holds, not from its running count (written without a
     # lock under the GIL).
-    held = automaton.memo_items()
-    assert sum(automaton_module._entry_cost(text, step) for _, text, step in held) <= 1_500
+    held = automaton._memo_items()
+    assert sum(memo_module._entry_cost(text, step) for _, text, step in held) <= 1_500
 
 
 @pytest.mark.anyio

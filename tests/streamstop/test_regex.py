@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamstop import StopBuffer, StopPatterns, StopPatternTimeout
-from streamstop._automaton import first_characters, pattern_width
+from streamstop._patterns import first_characters, pattern_width
 
 from .reference import all_chunkings
 from .regex_reference import Rules, regex_emitted, regex_match

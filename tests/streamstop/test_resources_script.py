@@ -50,18 +50,18 @@ def test_first_come_freezes_forget_all_forgets_ours_keeps_learning() -> None:
     late = [f" b{i}<" for i in range(200)]
     frozen = script.FirstComeAutomaton(["</s>"], memo_bytes=8_000)
     _fill(frozen, early + late)
-    assert frozen.root_step(" a0<") is not None
-    assert frozen.root_step(" b199<") is None
+    assert frozen._root_step(" a0<") is not None
+    assert frozen._root_step(" b199<") is None
     forget_all = script.ForgetAllAutomaton(["</s>"], memo_bytes=8_000)
     _fill(forget_all, early + late)
-    assert forget_all.root_step(" a0<") is None
-    assert forget_all.root_step(" b199<") is not None
+    assert forget_all._root_step(" a0<") is None
+    assert forget_all._root_step(" b199<") is not None
     ours = StopAutomaton(["</s>"], memo_bytes=8_000)
     _fill(ours, early + late)
     # Full, it refused the late tokens for a while, then forgot about half and took new ones
     # (which half depends on the process's string hashes, so only counts are checked).
-    assert sum(ours.root_step(token) is not None for token in late) > 0
-    assert sum(ours.root_step(token) is not None for token in early) < len(early)
+    assert sum(ours._root_step(token) is not None for token in late) > 0
+    assert sum(ours._root_step(token) is not None for token in early) < len(early)
     for automaton in (frozen, forget_all, ours):
         assert automaton.memory_size() - automaton._table_bytes <= 8_000
 

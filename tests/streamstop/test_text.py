@@ -149,7 +149,7 @@ def test_memo_stays_within_its_bytes_and_results_stay_exact() -> None:
     empty = automaton.memory_size()
     texts = ["aba", "bab", "ab", "abq", "xab", "abab", *(f"x{i}" for i in range(100))] * 3
     for text in texts:
-        _, end, _ = automaton.advance(0, text)
+        _, end, _ = automaton._advance(0, text)
         assert (end >= 0) == (reference_match(text, ["abab", "bq"]) is not None)
         assert automaton.memory_size() <= empty + budget
-    assert 0 < len(automaton.memo_items()) < len(set(texts))
+    assert 0 < len(automaton._memo_items()) < len(set(texts))
