@@ -163,7 +163,7 @@ INTEGRATIONS = {
     "metrics": (("server", "metrics"), ["streamstop/server/_observe.py"]),
     "fast": (
         ("server", "fast"),
-        ["streamstop/_json.py", "streamstop/server/_protocol_httptools.py"],
+        ["streamstop/_json.py", "streamstop/server/_protocol.py"],
     ),
     "tokenizers": (("tokenizers",), ["ragstitch/_tokenizer.py"]),
     "langchain": (("langchain",), ["streamstop/langchain.py", "ragstitch/langchain.py"]),
@@ -174,6 +174,7 @@ DYNAMIC = {
     "streamstop/server/_commands.py": {"uvicorn", "httpx"},
     "streamstop/server/_observe.py": {"prometheus_client"},
     "streamstop/_json.py": {"orjson"},
+    "streamstop/server/_protocol.py": {"httptools"},
     "ragstitch/_tokenizer.py": {"bpe_openai", "tokenizers"},
 }
 # tiktoken is the tokenizers' fallback (used if installed, never required).

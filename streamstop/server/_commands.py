@@ -24,7 +24,6 @@ Rules for the settings:
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import socket
@@ -347,6 +346,8 @@ def settings_of(
     return settings
 
 
+# argparse names the type of add_subparsers()'s result only privately (_SubParsersAction); the
+# annotation is the one use of it, nothing of it is read but its public add_parser method.
 def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``serve`` and ``proxy`` on the ``streamstop`` command's sub-parsers."""
     serve = commands.add_parser(
@@ -573,27 +574,19 @@ def _server_config(app: Any, settings: Mapping[str, Any], limit: int) -> Any:
 
 
 def _serve_forever(settings: dict[str, Any], sock: socket.socket) -> int:
-    import uvicorn
-
     from ._logging import install_logging
+    from ._protocol import serve
 
     limit = connection_limit(settings, _raise_open_file_limit())
     try:
         if settings["workers"] > 1:
-            from uvicorn.supervisors import Multiprocess
-
             # Each worker builds the app from these settings (streamstop.server._app).
             os.environ[CONFIG_ENV] = json.dumps(settings)
             config = _server_config("streamstop.server._app:create_app", settings, limit)
-            if "target" in inspect.signature(Multiprocess).parameters:  # older uvicorn
-                server = uvicorn.Server(config)
-                Multiprocess(config, target=server.run, sockets=[sock]).run()  # type: ignore[call-arg]
-            else:
-                Multiprocess(config, sockets=[sock]).run()
         else:
             config = _server_config(build_app(settings), settings, limit)
             install_logging(access_log=settings["access_log"], interval=settings["log_interval"])
-            uvicorn.Server(config).run(sockets=[sock])
+        serve(config, sock)
     except KeyboardInterrupt:
         pass  # uvicorn shut down gracefully, then re-raised the Ctrl-C: the normal way out
     finally:
