@@ -66,6 +66,7 @@ from .._automaton import StopAutomaton, StopPatterns, StopPatternTimeout
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
+from .._faults import Fault, recorded
 from .._sse_filter import SSEFilter
 from .._text import StopRules
 from ._asgi import (
@@ -603,7 +604,7 @@ class _Exchange:
         """A 502 instead of a held body over the limit; the app is stopped."""
         self._start = None
         if self._record is not None:
-            self._record.upstream_error = "too_large"
+            self._record.upstream_error = Fault.TOO_LARGE
         self._complete = True
         if self._family is None:
             await send_error(
@@ -626,7 +627,7 @@ class _Exchange:
                     )
         except ResponseTooLarge:
             if self._record is not None:
-                self._record.upstream_error = "too_large"
+                self._record.upstream_error = Fault.TOO_LARGE
             more = False
             self._app_scope.cancel()
         if not more:
@@ -728,7 +729,7 @@ class _Exchange:
                     break
         except ResponseTooLarge as error:
             if self._record is not None:
-                self._record.upstream_error = "too_large"
+                self._record.upstream_error = Fault.TOO_LARGE
             if self._family is None:
                 payload = error_payload(str(error), type="server_error", code=_TOO_LARGE)
             else:
@@ -751,10 +752,10 @@ class _Exchange:
         if fired:
             record.stop_fired = fired[min(fired)]
             record.choices_cut = len(fired)
-        if sse.error in ("too_large", "truncated"):
+        if sse.error in (Fault.TOO_LARGE, Fault.TRUNCATED):
             record.upstream_error = sse.error
         elif sse.error is not None and record.upstream_error is None:
-            record.upstream_error = "broken"
+            record.upstream_error = recorded(sse.error)
 
     async def _finish_body(self, data: bytes) -> None:
         if self._sse is not None:
