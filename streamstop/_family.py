@@ -39,6 +39,7 @@ from typing import Any
 from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._buffer import StopBuffer
+from ._faults import Fault
 from ._patterns import StopPatterns, checked_rules
 from ._sse import (
     SSEDecoder,
@@ -327,7 +328,7 @@ class FamilyStream:
         self._finished: set[int] = set()
         self._stop_strings: dict[int, str] = {}
         self._done = False
-        self._error: str | None = None
+        self._error: Fault | None = None
         self._sequence = family.sequence_field
         self._next: int | None = None  # the number of the next event sent (sequence_field)
 
@@ -340,7 +341,7 @@ class FamilyStream:
         return self._done
 
     @property
-    def error(self) -> str | None:
+    def error(self) -> Fault | None:
         return self._error
 
     @property
@@ -365,7 +366,7 @@ class FamilyStream:
                 out.append(self._payload(raw, payload))
         except SSEFrameTooLarge as error:
             out.append(self._fail(f"The upstream sent {error}.", "upstream_event_too_large"))
-            self._error = "too_large"
+            self._error = Fault.TOO_LARGE
         return b"".join(out)
 
     def flush(self) -> bytes:
@@ -377,7 +378,7 @@ class FamilyStream:
             last = self._sse.flush()
             if last is not None:
                 if not is_whole(last):
-                    self._error = "truncated"
+                    self._error = Fault.TRUNCATED
                     return self._fail(
                         "The upstream stream ended in the middle of an event.",
                         "upstream_truncated",
@@ -388,7 +389,7 @@ class FamilyStream:
             if line is not None:
                 payload = _parse(line)
                 if not isinstance(payload, dict):
-                    self._error = "truncated"
+                    self._error = Fault.TRUNCATED
                     return self._fail(
                         "The upstream stream ended in the middle of a line.", "upstream_truncated"
                     )
@@ -396,7 +397,7 @@ class FamilyStream:
         if not self._done:
             problem = self._family.unfinished()
             if problem is not None:
-                self._error = "truncated"
+                self._error = Fault.TRUNCATED
                 return out + self._fail(problem, "upstream_truncated")
             self._done = True
             out += self._held()
@@ -407,7 +408,7 @@ class FamilyStream:
         if self._done:
             return b""
         self._done = True
-        self._error = self._error or "upstream"
+        self._error = self._error or Fault.UPSTREAM
         if self._sequence is not None:
             self._number(payload)
         return self._family.encode(payload)
@@ -455,7 +456,7 @@ class FamilyStream:
         family = self._family
         if family.is_error(payload):
             self._done = True
-            self._error = "upstream"
+            self._error = Fault.UPSTREAM
             return self._passed(raw, payload)
         pieces = family.split(payload) if self._splits else None
         if pieces is None:  # the usual event: one text, or none

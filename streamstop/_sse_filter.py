@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from . import _json
 from ._automaton import StopAutomaton, Stops
 from ._chunks import NOT_USUAL, ChunkFilter
+from ._faults import Fault
 from ._patterns import StopPatterns
 from ._sse import (
     DONE_EVENT,
@@ -132,7 +133,7 @@ class SSEFilter:
         self._idle = True  # the decoder's idle, kept: read on every read, asked after a feed
         self._max_usual = self._decoder.usual_limit
         self._done = False
-        self._error: str | None = None
+        self._error: Fault | None = None
         self._include_usage = bool(include_usage)
         self._completion_tokens = 0
         self._prompt_tokens: int | None = None
@@ -166,10 +167,10 @@ class SSEFilter:
         return self._chunks.done
 
     @property
-    def error(self) -> str | None:
-        """Why the stream ended in error, if it did: ``"upstream"`` (an error event came, or
-        :meth:`fail` was called), ``"too_large"`` (a line or event over its limit) or
-        ``"truncated"`` (the body ended in the middle of an event)."""
+    def error(self) -> Fault | None:
+        """Why the stream ended in error, if it did: :attr:`Fault.UPSTREAM` (an error event
+        came, or :meth:`fail` was called), :attr:`Fault.TOO_LARGE` (a line or event over its
+        limit) or :attr:`Fault.TRUNCATED` (the body ended in the middle of an event)."""
         return self._error
 
     def feed(self, data: bytes) -> bytes:
@@ -230,7 +231,7 @@ class SSEFilter:
             return b""
         last = self._decoder.flush()
         if last is not None and not is_whole(last):
-            self._error = "truncated"
+            self._error = Fault.TRUNCATED
             return self.fail(
                 {
                     "error": {
@@ -253,7 +254,7 @@ class SSEFilter:
         if self._done:
             return b""
         self._done = True
-        self._error = self._error or "upstream"
+        self._error = self._error or Fault.UPSTREAM
         self._chunks.flush()
         return encode_event(payload)
 
@@ -269,7 +270,7 @@ class SSEFilter:
             }
         }
         out = self.fail(payload)
-        self._error = "too_large"
+        self._error = Fault.TOO_LARGE
         return out
 
     def _held_events(self) -> bytes:

@@ -5,8 +5,8 @@ to the last byte sent, and every step of it shares one exchange's state (``_Exch
 does not share it is elsewhere already: parsing and limits (:mod:`._request`, :mod:`._limits`),
 the filters (:mod:`streamstop.chat`, ``_family.py``), the request record (:mod:`._record`).
 
-Rules of this module (the life cycle of one request lives here; the filtering in
-:mod:`streamstop.chat`):
+Rules of this module (the life cycle of one request lives here, its states and their table in
+:mod:`._response_state`; the filtering in :mod:`streamstop.chat`):
 
 - Only ``POST`` to the configured paths is touched; everything else goes to the app as it is.
 - The request body is read whole (up to ``RequestLimits.max_body_bytes``, else 413) and parsed
@@ -71,6 +71,7 @@ from .._automaton import StopAutomaton
 from .._chunks import cut_response
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, FamilyStream
+from .._faults import Fault, recorded
 from .._patterns import StopPatterns, StopPatternTimeout
 from .._sse_filter import SSEFilter
 from .._text import StopRules
@@ -105,6 +106,7 @@ from ._request import (
     wants_stream,
     without_key,
 )
+from ._response_state import LIVE, Event, State, transition
 
 __all__ = ["DEFAULT_FAMILY_PATHS", "DEFAULT_PATHS", "StopMiddleware"]
 
@@ -112,9 +114,6 @@ __all__ = ["DEFAULT_FAMILY_PATHS", "DEFAULT_PATHS", "StopMiddleware"]
 DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", *OPENAI_ALIASES)
 # The native APIs filtered besides OpenAI's: path -> family (see streamstop._families).
 DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
-
-_PASS, _SSE, _JSON = "pass", "sse", "json"
-
 
 # json.loads runs at roughly 100-300 MB/s: 256 KiB is about 1-3 ms on the loop; larger bodies
 # (up to max_body_bytes) are parsed in a worker thread.
@@ -470,22 +469,28 @@ class _Exchange:
         self._limits = limits
         self._record = record
         self._send = send
-        self._mode = _PASS
+        # Where the response is in its life cycle (see ._response_state for the table).
+        self._state = State.AWAITING_START
         # Inflates a body the app compressed although asked not to (gzip or deflate).
         self._inflate: Inflater | None = None
         self._sse: SSEFilter | FamilyStream | None = None
-        # The filter while a stream's bodies take the usual path (no inflation, not over: set
-        # by _on_start, cleared by _finish_body and _client_gone): _intercept's first test, so
-        # that routing a body costs one attribute test.
+        # The filter while a stream's bodies take the usual path (STREAMING, no inflation: kept
+        # by _move): _intercept's first test, so that routing a body costs one attribute test.
         self._streaming: SSEFilter | FamilyStream | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
         self._json_size = 0
-        self._started = False
-        self._complete = False  # the response has been sent whole
+        # Set with DISCONNECT: what wakes the app's receive (only the watcher reads the real one).
         self._disconnected = anyio.Event()
         self._app_scope = anyio.CancelScope()
         self._send_error: Exception | None = None
+
+    def _move(self, event: Event) -> State:
+        """Take ``event`` (IllegalTransition if the table has no row for it); the state before."""
+        before = self._state
+        self._state = state = transition(before, event)
+        self._streaming = self._sse if state is State.STREAMING and self._inflate is None else None
+        return before
 
     async def run(self, scope: Scope, body: bytes, receive: Receive) -> None:
         error: Exception | None = None
@@ -502,24 +507,23 @@ class _Exchange:
             if self._send_error is not None and _caused_by(error, self._send_error):
                 return  # the client is gone: nobody to tell
             timeout = _timeout_in(error)
-            if timeout is not None and not self._complete and not self._disconnected.is_set():
+            if timeout is not None and self._state in LIVE:
                 await self._pattern_timed_out(timeout)
                 return
             raise error
-        if self._started and not self._complete and not self._disconnected.is_set():
+        if self._state in LIVE and self._state is not State.AWAITING_START:
             await self._finish_body(b"")
 
     async def _pattern_timed_out(self, error: StopPatternTimeout) -> None:
         """A regex stop timed out on the app's text (raised through the app's ``send``): the
         text cannot be judged, so none of what is held goes out; the client is told."""
-        self._complete = True
-        self._streaming = None
+        before = self._move(Event.END)
         message = f"Invalid 'stop_regex': {error}."
-        if self._mode == _SSE and self._sse is not None:
+        if before is State.STREAMING and self._sse is not None:
             payload = error_payload(message, type="invalid_request_error", code=_REGEX_TIMEOUT)
             data = self._sse.fail(payload)
             await self._downstream({"type": "http.response.body", "body": data, "more_body": False})
-        elif self._mode == _JSON:  # nothing of the response is out yet
+        elif before is State.HOLDING:  # nothing of the response is out yet
             await send_error(
                 self._downstream, 400, message, param="stop_regex", code=_REGEX_TIMEOUT
             )
@@ -530,9 +534,9 @@ class _Exchange:
         self._client_gone()
 
     def _client_gone(self) -> None:
-        self._streaming = None
+        before = self._move(Event.DISCONNECT)
         self._disconnected.set()
-        if not self._complete:
+        if before is not State.COMPLETE:
             self._app_scope.cancel()
 
     async def _wait_for_disconnect(self) -> Message:
@@ -574,14 +578,15 @@ class _Exchange:
                     await self._send_failed(error)
                     raise
             return
-        if self._complete or self._disconnected.is_set():
+        state = self._state
+        if state not in LIVE:
             return
         kind = message["type"]
-        if kind == "http.response.start":
+        if kind == "http.response.start" and state is State.AWAITING_START:
             await self._on_start(message)
-        elif kind == "http.response.body" and self._mode == _SSE:
+        elif kind == "http.response.body" and state is State.STREAMING:
             await self._on_sse_body(message)
-        elif kind == "http.response.body" and self._mode == _JSON:
+        elif kind == "http.response.body" and state is State.HOLDING:
             try:
                 self._hold_json(message)
             except ResponseTooLarge as error:
@@ -592,8 +597,10 @@ class _Exchange:
         elif kind == "http.response.body" and self._inflate is not None:
             await self._on_inflated_body(message)
         else:
+            # Passed on as it is: a body of PASSING, or what an app sends out of order (a
+            # body before its start, a second start), for the server to refuse.
             if kind == "http.response.body" and not message.get("more_body", False):
-                self._complete = True
+                self._move(Event.END)
             await self._downstream(message)
 
     def _hold_json(self, message: Message) -> None:
@@ -609,8 +616,8 @@ class _Exchange:
         """A 502 instead of a held body over the limit; the app is stopped."""
         self._start = None
         if self._record is not None:
-            self._record.upstream_error = "too_large"
-        self._complete = True
+            self._record.upstream_error = Fault.TOO_LARGE
+        self._move(Event.END)
         if self._family is None:
             await send_error(
                 self._downstream, 502, str(error), type="server_error", code=_TOO_LARGE
@@ -632,16 +639,15 @@ class _Exchange:
                     )
         except ResponseTooLarge:
             if self._record is not None:
-                self._record.upstream_error = "too_large"
+                self._record.upstream_error = Fault.TOO_LARGE
             more = False
             self._app_scope.cancel()
         if not more:
-            self._complete = True
+            self._move(Event.END)
             await self._downstream({"type": "http.response.body", "body": b"", "more_body": False})
         await anyio.lowlevel.checkpoint()
 
     async def _on_start(self, message: Message) -> None:
-        self._started = True
         headers = list(message.get("headers", []))
         content_type = (header(headers, b"content-type") or b"").lower()
         encoding = (header(headers, b"content-encoding") or b"identity").lower()
@@ -653,7 +659,7 @@ class _Exchange:
             message = {**message, "headers": _with_content_length(headers, None)}
             encoding = b"identity"
         if encoding != b"identity":
-            self._mode = _PASS
+            self._move(Event.START_PASS)
         elif (
             content_type.startswith(b"text/event-stream")
             or (self._family is not None and content_type.startswith(b"application/x-ndjson"))
@@ -664,7 +670,6 @@ class _Exchange:
                 and not content_type.startswith(b"application/json")
             )
         ):
-            self._mode = _SSE
             if self._family is None:
                 self._sse = SSEFilter(
                     self._automaton,
@@ -687,13 +692,14 @@ class _Exchange:
                     regex=self._patterns,
                     arm_after=self._arm_after,
                 )
-            if self._inflate is None:
-                self._streaming = self._sse
+            self._move(Event.START_STREAM)
             message = {**message, "headers": _with_content_length(headers, None)}
         elif 200 <= status < 300 and content_type.startswith(b"application/json"):
-            self._mode = _JSON
+            self._move(Event.START_HOLD)
             self._start = message
             return  # sent with the body, once its length is known
+        else:
+            self._move(Event.START_PASS)
         await self._downstream(message)
 
     async def _on_sse_body(self, message: Message) -> None:
@@ -734,7 +740,7 @@ class _Exchange:
                     break
         except ResponseTooLarge as error:
             if self._record is not None:
-                self._record.upstream_error = "too_large"
+                self._record.upstream_error = Fault.TOO_LARGE
             if self._family is None:
                 payload = error_payload(str(error), type="server_error", code=_TOO_LARGE)
             else:
@@ -757,20 +763,19 @@ class _Exchange:
         if fired:
             record.stop_fired = fired[min(fired)]
             record.choices_cut = len(fired)
-        if sse.error in ("too_large", "truncated"):
+        if sse.error in (Fault.TOO_LARGE, Fault.TRUNCATED):
             record.upstream_error = sse.error
         elif sse.error is not None and record.upstream_error is None:
-            record.upstream_error = "broken"
+            record.upstream_error = recorded(sse.error)
 
     async def _finish_body(self, data: bytes) -> None:
         if self._sse is not None:
             data += self._sse.flush()
             self._observe_stream(self._sse)
-        elif self._mode == _JSON and self._start is not None:
+        elif self._state is State.HOLDING and self._start is not None:
             await self._send_json_response()
             return
-        self._complete = True
-        self._streaming = None
+        self._move(Event.END)
         await self._downstream({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _send_json_response(self) -> None:
@@ -786,7 +791,7 @@ class _Exchange:
             self._record.stop_fired = fired[0]
             self._record.choices_cut = len(fired)
         headers = _with_content_length(start.get("headers", []), len(body))
-        self._complete = True
+        self._move(Event.END)
         await self._downstream({**start, "headers": headers})
         await self._downstream({"type": "http.response.body", "body": body, "more_body": False})
 

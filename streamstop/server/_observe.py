@@ -36,6 +36,7 @@ import anyio
 
 from .._extras import install_hint
 from .._families import FAMILY_PATHS, OPENAI_ALIASES, family_route
+from .._faults import RECORDED, Fault
 from ._asgi import ASGIApp, Message, Receive, Scope, Send, header, send_error, send_json
 from ._logging import ACCESS_LOGGER
 from ._proxy import upstream_root
@@ -48,12 +49,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTES",
+    "UPSTREAM_ERROR_LABELS",
     "AlwaysReady",
     "Observed",
     "Readiness",
     "UpstreamProbe",
     "access_line",
     "route_label",
+    "upstream_error_label",
 ]
 
 _PROBES = ("/health", "/ready", "/metrics")
@@ -67,9 +70,9 @@ ROUTES = (
     *FAMILY_PATHS,
     *_PROBES,
 )
-_UPSTREAM_ERRORS = frozenset(
-    {"timeout", "unreachable", "broken", "truncated", "invalid", "too_large", "status"}
-)
+# The label values of streamstop_upstream_errors: the kinds a record keeps (strings: a str
+# enum hashes by its name, so a Fault is looked up here by its value).
+UPSTREAM_ERROR_LABELS = frozenset(fault.value for fault in RECORDED.values())
 # A request id is echoed into logs and headers: a short token of safe characters, or a new one.
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _METRICS_HINT = install_hint("metrics")
@@ -176,7 +179,7 @@ class UpstreamProbe:
         return None
 
     def observe(self, record: RequestRecord, status: int) -> None:
-        if record.upstream_error in ("unreachable", "timeout"):
+        if record.upstream_error in (Fault.UNREACHABLE, Fault.TIMEOUT):
             self._checked_at = None
 
 
@@ -412,8 +415,7 @@ class Observed:
                 child(metrics.streams_cut, route).inc()
                 child(metrics.stops_fired, route).inc(record.choices_cut)
             if record.upstream_error is not None:
-                kind = record.upstream_error
-                child(metrics.upstream_errors, kind if kind in _UPSTREAM_ERRORS else "other").inc()
+                child(metrics.upstream_errors, upstream_error_label(record.upstream_error)).inc()
             if first_byte is not None:
                 child(metrics.time_to_first_byte, route).observe(first_byte - start)
             child(metrics.duration, route).observe(end - start)
@@ -459,6 +461,13 @@ def access_line(
         "duration_ms": round((end - start) * 1000, 1),
     }
     return json.dumps(entry, ensure_ascii=True, separators=(",", ":"))
+
+
+def upstream_error_label(kind: Fault | str) -> str:
+    """The label ``streamstop_upstream_errors`` counts ``kind`` under: its value if it is one
+    a record keeps, else ``"other"`` (the label set stays bounded)."""
+    value = str(kind)
+    return value if value in UPSTREAM_ERROR_LABELS else "other"
 
 
 def _request_id(scope: Scope) -> str:

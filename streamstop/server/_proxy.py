@@ -71,6 +71,7 @@ import anyio.to_thread
 from .. import _json
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, LineTooLarge, NDJSONDecoder
+from .._faults import Fault
 from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
 from ._asgi import (
     BodyTooLarge,
@@ -418,7 +419,7 @@ class _Exchange:
         self._body = body
         self._send = send
         self._record = record
-        self._kind: str | None = None  # the upstream's fault, if any
+        self._kind: Fault | None = None  # the upstream's fault, if any
 
     async def _error(self, status: int, message: str, code: str) -> None:
         """This proxy's own error response (502, 504), in the family's shape."""
@@ -428,7 +429,7 @@ class _Exchange:
         payload = self._family.error_body(status, message, type="server_error", code=code)
         await send_json(self._send, status, payload)
 
-    def _fault(self, kind: str) -> None:
+    def _fault(self, kind: Fault) -> None:
         self._kind = kind
         if self._record is not None:
             self._record.upstream_error = kind
@@ -440,7 +441,7 @@ class _Exchange:
         try:
             response = await client.send(self._request, stream=True)
         except httpx.TimeoutException as error:
-            self._fault("timeout")
+            self._fault(Fault.TIMEOUT)
             await self._error(
                 504,
                 f"The upstream {upstream} did not answer in time: {type(error).__name__}.",
@@ -448,7 +449,7 @@ class _Exchange:
             )
             return
         except httpx.HTTPError as error:
-            self._fault("unreachable")
+            self._fault(Fault.UNREACHABLE)
             await self._error(
                 502,
                 f"Could not reach the upstream {upstream}: {type(error).__name__}: {error}",
@@ -466,7 +467,7 @@ class _Exchange:
         raw_headers = response.headers.raw
         content_type = (header(raw_headers, b"content-type") or b"").lower()
         if status >= 400:
-            self._fault("status")
+            self._fault(Fault.STATUS)
             body = await self._read(response)
             body = body if body is not None else b""
             payload = upstream_error_payload(status, body, self._family)
@@ -542,17 +543,17 @@ class _Exchange:
                 async for piece in pieces:
                     size += len(piece)
                     if size > limit:
-                        self._fault("too_large")
+                        self._fault(Fault.TOO_LARGE)
                         return None
                     parts.append(piece)
         except ResponseTooLarge:
-            self._fault("too_large")
+            self._fault(Fault.TOO_LARGE)
             return None
         except httpx.TimeoutException:
-            self._fault("timeout")
+            self._fault(Fault.TIMEOUT)
             return None
         except httpx.HTTPError:
-            self._fault("truncated")
+            self._fault(Fault.TRUNCATED)
             return None
         return b"".join(parts)
 
@@ -575,10 +576,10 @@ class _Exchange:
             else:
                 valid = _parses(body)
             if not valid:
-                self._fault("invalid")
+                self._fault(Fault.INVALID)
                 body = None
         if body is None:
-            timeout = self._kind == "timeout"
+            timeout = self._kind is Fault.TIMEOUT
             await self._error(
                 504 if timeout else 502,
                 f"The upstream {upstream} "
@@ -628,7 +629,7 @@ class _Exchange:
                 if _is_whole_event(pending):
                     tail = pending + b"\n\n"
                 else:
-                    self._fault("truncated")
+                    self._fault(Fault.TRUNCATED)
                     tail = self._error_frame(
                         "The upstream stream ended in the middle of an event.",
                         "upstream_truncated",
@@ -683,7 +684,7 @@ class _Exchange:
                 if _parses(last):
                     tail = last + b"\n"
                 else:
-                    self._fault("truncated")
+                    self._fault(Fault.TRUNCATED)
                     tail = self._error_line(
                         "The upstream stream ended in the middle of a line.", "upstream_truncated"
                     )
@@ -692,19 +693,19 @@ class _Exchange:
 
 def _stream_fault(
     error: SSEFrameTooLarge | ResponseTooLarge | httpx.HTTPError,
-) -> tuple[str, str, str]:
+) -> tuple[Fault, str, str]:
     """How a stream the upstream failed ends, the same for events and lines: the fault's kind
     (for the record), the error's message and its code."""
     import httpx
 
     if isinstance(error, SSEFrameTooLarge):
-        return "too_large", f"The upstream sent {error}.", "upstream_event_too_large"
+        return Fault.TOO_LARGE, f"The upstream sent {error}.", "upstream_event_too_large"
     if isinstance(error, ResponseTooLarge):
-        return "too_large", str(error), "response_too_large"
+        return Fault.TOO_LARGE, str(error), "response_too_large"
     name = type(error).__name__
     if isinstance(error, httpx.TimeoutException):
-        return "timeout", f"The upstream stream stalled: {name}.", "upstream_timeout"
-    return "broken", f"The upstream stream broke off: {name}.", "upstream_broken"
+        return Fault.TIMEOUT, f"The upstream stream stalled: {name}.", "upstream_timeout"
+    return Fault.BROKEN, f"The upstream stream broke off: {name}.", "upstream_broken"
 
 
 def _parses(body: bytes) -> bool:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._faults import Fault
+
 __all__ = ["RECORD_KEY", "RequestRecord", "record_of"]
 
 RECORD_KEY = "streamstop.record"
@@ -31,10 +33,11 @@ class RequestRecord:
     stop_fired: str | None = None
     # How many choices a stop cut.
     choices_cut: int = 0
-    # What went wrong upstream, if anything: "timeout", "unreachable", "broken" (the stream
-    # broke off), "truncated" (an incomplete event or body), "invalid" (unparseable body),
-    # "too_large" (a line or event over its limit), "status" (a 4xx/5xx passed on).
-    upstream_error: str | None = None
+    # What went wrong upstream, if anything: a Fault (a str, so the log's JSON reads "timeout",
+    # "broken"...), never Fault.UPSTREAM (a filter's own kind, recorded as Fault.BROKEN). The
+    # record is a seam an app of its own may fill too: a plain string is kept as it is, and
+    # counted as its value if that is a Fault's, else as "other".
+    upstream_error: Fault | str | None = None
 
 
 def record_of(scope: Mapping[str, Any]) -> RequestRecord | None:
