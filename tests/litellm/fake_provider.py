@@ -29,7 +29,7 @@ from typing import Any
 import anyio.lowlevel
 
 from streamstop.server import Receive, Scope, Send
-from streamstop.server._asgi import call_until_disconnect
+from streamstop.server._asgi import call_until_disconnect, read_body, serve_lifespan
 from tests.server.conftest import StreamEnds
 
 PIECE = 3
@@ -78,6 +78,10 @@ async def _json(send: Send, status: int, payload: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+# The fakes read any body a test sends them (16 MiB, well past any limit under test).
+FAKE_BODY_LIMIT = 16 * 1024 * 1024
+
+
 class FakeProvider:
     """The ASGI app of the fake provider (see the module's docstring)."""
 
@@ -87,21 +91,13 @@ class FakeProvider:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, FAKE_BODY_LIMIT)
+        if body is None:
+            return  # the client left before its request was whole
         path = scope["path"]
         request = json.loads(body) if body else {}
         self.requests.append((path, request))

@@ -40,7 +40,7 @@ import anyio
 import anyio.lowlevel
 
 from streamstop.server import Receive, Scope, Send
-from streamstop.server._asgi import call_until_disconnect
+from streamstop.server._asgi import call_until_disconnect, read_body, serve_lifespan
 
 PIECE = 3
 FOREVER = "[forever]"
@@ -65,6 +65,10 @@ def _last_user_text(messages: Any) -> str:
     return ""
 
 
+# The fakes read any body a test sends them (16 MiB, well past any limit under test).
+FAKE_BODY_LIMIT = 16 * 1024 * 1024
+
+
 class FakeFamilies:
     def __init__(self, on_stream_end: Callable[[str], object] | None = None) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
@@ -72,21 +76,13 @@ class FakeFamilies:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, FAKE_BODY_LIMIT)
+        if body is None:
+            return  # the client left before its request was whole
         path = scope["path"]
         request = json.loads(body) if body else {}
         self.requests.append((path, request))

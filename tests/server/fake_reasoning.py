@@ -33,7 +33,7 @@ import anyio
 import anyio.lowlevel
 
 from streamstop.server import Receive, Scope, Send
-from streamstop.server._asgi import call_until_disconnect
+from streamstop.server._asgi import call_until_disconnect, read_body, serve_lifespan
 
 from .fake_families import FOREVER, _last_user_text, pieces
 
@@ -48,6 +48,10 @@ REJECTED_STOP = {
 REASONING_TOKENS = 64  # counted, never shown, as on the live API
 
 
+# The fakes read any body a test sends them (16 MiB, well past any limit under test).
+FAKE_BODY_LIMIT = 16 * 1024 * 1024
+
+
 class FakeReasoningModel:
     def __init__(self, on_stream_end: Callable[[str], object] | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -55,21 +59,13 @@ class FakeReasoningModel:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+        body = await read_body(receive, FAKE_BODY_LIMIT)
+        if body is None:
+            return  # the client left before its request was whole
         if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
             await _json(send, 404, _error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
