@@ -20,10 +20,9 @@ Every request body is kept in :attr:`FakeProvider.requests`.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio.lowlevel
@@ -31,9 +30,14 @@ import anyio.lowlevel
 from streamstop.server import Receive, Scope, Send
 from streamstop.server._asgi import call_until_disconnect, read_body, serve_lifespan
 from tests.server.conftest import StreamEnds
+from tests.server.fake_families import (
+    FAKE_BODY_LIMIT,
+    FOREVER,
+    _json,
+    _last_user_text,
+    _text_pieces,
+)
 
-PIECE = 3
-FOREVER = "[forever]"
 STOP_REFUSED = {
     "error": {
         "message": "Unsupported parameter: 'stop' is not supported with this model.",
@@ -42,44 +46,6 @@ STOP_REFUSED = {
         "code": "unsupported_parameter",
     }
 }
-
-
-def _text_pieces(text: str) -> Iterator[str]:
-    clean = text.replace(FOREVER, "")
-    yield from (clean[i : i + PIECE] for i in range(0, len(clean), PIECE))
-    if FOREVER in text:
-        yield from itertools.repeat(" more")
-
-
-def _last_user_text(messages: Any) -> str:
-    for message in reversed(messages or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "".join(
-                    part.get("text", "")
-                    for part in content
-                    if isinstance(part, dict) and part.get("type") == "text"
-                )
-    return ""
-
-
-async def _json(send: Send, status: int, payload: Any) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-# The fakes read any body a test sends them (16 MiB, well past any limit under test).
-FAKE_BODY_LIMIT = 16 * 1024 * 1024
 
 
 class FakeProvider:

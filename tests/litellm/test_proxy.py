@@ -20,8 +20,8 @@ import pytest_asyncio
 
 from tests.server.conftest import StreamEnds
 
+from ..server.fake_families import FOREVER
 from .conftest import SKIP_REASON, Gateway
-from .fake_provider import FOREVER
 
 pytest.importorskip("litellm", reason=SKIP_REASON)
 

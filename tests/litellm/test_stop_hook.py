@@ -23,8 +23,9 @@ from tests.public_api import public_definitions
 from tests.server.conftest import LiveServer
 from tests.streamstop.reference import reference_match
 
+from ..server.fake_families import FOREVER
 from .conftest import SKIP_REASON
-from .fake_provider import FOREVER, FakeProvider
+from .fake_provider import FakeProvider
 
 pytest.importorskip("litellm", reason=SKIP_REASON)
 

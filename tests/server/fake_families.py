@@ -50,17 +50,18 @@ def pieces(text: str) -> list[str]:
     return [text[i : i + PIECE] for i in range(0, len(text), PIECE)]
 
 
-def _last_user_text(messages: Any) -> str:
-    for message in reversed(messages or []):
+def _last_user_text(messages: Any, part: str = "text") -> str:
+    """The last user message's text: its content a string, or its parts of type ``part``."""
+    for message in reversed(messages if isinstance(messages, list) else []):
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, str):
                 return content
             if isinstance(content, list):
                 return "".join(
-                    part.get("text", "")
-                    for part in content
-                    if isinstance(part, dict) and part.get("type") == "text"
+                    item.get("text", "")
+                    for item in content
+                    if isinstance(item, dict) and item.get("type") == part
                 )
     return ""
 
@@ -601,20 +602,7 @@ FUNCTION_CALL = {
 def _input_text(value: Any) -> str:
     """The text of the Responses request's ``input``: a string, or the last user message (its
     content a string or ``input_text`` parts)."""
-    if isinstance(value, str):
-        return value
-    for item in reversed(value if isinstance(value, list) else []):
-        if isinstance(item, dict) and item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "".join(
-                    part.get("text", "")
-                    for part in content
-                    if isinstance(part, dict) and part.get("type") == "input_text"
-                )
-    return ""
+    return value if isinstance(value, str) else _last_user_text(value, "input_text")
 
 
 def _response_object(request: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import anyio.lowlevel
 from streamstop.server import Receive, Scope, Send
 from streamstop.server._asgi import call_until_disconnect, read_body, serve_lifespan
 
-from .fake_families import FOREVER, _last_user_text, pieces
+from .fake_families import FAKE_BODY_LIMIT, FOREVER, _json, _last_user_text, pieces
 
 REJECTED_STOP = {
     "error": {
@@ -46,10 +46,6 @@ REJECTED_STOP = {
     }
 }
 REASONING_TOKENS = 64  # counted, never shown, as on the live API
-
-
-# The fakes read any body a test sends them (16 MiB, well past any limit under test).
-FAKE_BODY_LIMIT = 16 * 1024 * 1024
 
 
 class FakeReasoningModel:
@@ -170,18 +166,3 @@ def _error(message: str) -> dict[str, Any]:
     return {
         "error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}
     }
-
-
-async def _json(send: Send, status: int, payload: Any) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
