@@ -457,11 +457,14 @@ class FamilyStream:
         if family.is_error(payload):
             self._done = True
             self._error = Fault.UPSTREAM
-            return self._passed(raw, payload)
+            return raw if self._sequence is None else self._numbered(raw, payload)
         pieces = family.split(payload) if self._splits else None
         if pieces is None:  # the usual event: one text, or none
             out = self._piece(payload)
-            return self._passed(raw, payload) if out is None else self._encode(out)
+            if out is not None:
+                return self._encode(out)
+            # Sent as it came (renumbered, for a family whose events are numbered).
+            return raw if self._sequence is None else self._numbered(raw, payload)
         outs: list[dict[str, Any]] = []
         changed = False
         for piece in pieces:
@@ -469,12 +472,8 @@ class FamilyStream:
             changed = changed or out is not None
             outs += [piece] if out is None else out
         if not changed:
-            return self._passed(raw, payload)
+            return raw if self._sequence is None else self._numbered(raw, payload)
         return self._encode(family.join(payload, outs))
-
-    def _passed(self, raw: bytes, payload: dict[str, Any]) -> bytes:
-        """An event sent as it came (renumbered, for a family whose events are numbered)."""
-        return raw if self._sequence is None else self._numbered(raw, payload)
 
     def _piece(self, payload: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The events to send for one piece of text (``None``: the piece as it came)."""
