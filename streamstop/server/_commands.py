@@ -417,6 +417,14 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     proxy_flags.add(
         proxy,
+        "--upstream-client",
+        choices=("auto", "aiohttp", "httpx"),
+        default="auto",
+        help="the HTTP client the upstream is read with: aiohttp parses in C (the fast extra), "
+        "httpx in Python (auto: aiohttp if installed)",
+    )
+    proxy_flags.add(
+        proxy,
         "--route",
         action=_Append,
         metavar="PATH",
@@ -540,6 +548,7 @@ def build_app(settings: Mapping[str, Any]) -> ASGIApp:
             limits=limits,
             routes=list(settings["route"]) if settings.get("route") else None,
             forward_other=bool(settings.get("forward_other_paths")),
+            upstream_client=settings.get("upstream_client") or "auto",
         )
         middleware_options["forward_stop"] = settings["forward_stop"]
         readiness = UpstreamProbe(settings["upstream"], api_key=settings["api_key"])

@@ -1,4 +1,4 @@
-"""ProxyApp: an ASGI app forwarding ``/v1/...`` to an OpenAI-compatible upstream with httpx.
+"""ProxyApp: an ASGI app forwarding ``/v1/...`` to an OpenAI-compatible upstream.
 
 Why this module runs past 600 lines: it is one forwarded exchange, the path checks, the
 upstream's errors in each API family's shape and the event-by-event relay with its faults,
@@ -32,10 +32,12 @@ backend gets stops of any number, cut without leaks. Rules:
   lines only; a fault ends it with a line ``{"error": ...}``. On an SSE path of another family
   the fault event is that family's (Anthropic's: ``event: error``, ``"type": "error"``).
 - A body the upstream compresses with gzip or deflate (although asked for identity) is inflated
-  here piece by piece (:mod:`._inflate`: httpx would inflate each read whole, ~1000 times its
-  size for a bomb), its inflated total bounded by ``RequestLimits.max_response_bytes``: a
-  stream over it ends with an error event (``code``: ``response_too_large``). Other encodings
-  are decoded by httpx. Sizes are always counted decoded.
+  here piece by piece (:mod:`._inflate`: a client library would inflate each read whole, ~1000
+  times its size for a bomb), its inflated total bounded by
+  ``RequestLimits.max_response_bytes``: a stream over it ends with an error event (``code``:
+  ``response_too_large``). A body in another encoding (``br``, ``zstd``) is relayed as
+  received, with its ``Content-Encoding``: nothing in it can be cut. Sizes are counted as
+  relayed.
 - Any other response is read whole first (up to ``RequestLimits.max_response_bytes``): a body
   that breaks off, or a JSON body (up to ``max_body_bytes``) that does not parse, is a 502, a
   timeout a 504, both OpenAI-shaped.
@@ -49,20 +51,21 @@ backend gets stops of any number, cut without leaks. Rules:
 - The upstream response is closed (shielded, in ``finally``) when the client disconnects, when
   the app is cancelled (the middleware does that after a stop) and at the end.
 
-httpx is imported when the first request is forwarded: importing this module needs only the
-standard library, so the core stays importable without the ``server`` extra.
+The HTTP client (:mod:`._upstream`: aiohttp's on asyncio where installed, else httpx's) is
+imported when the first request is forwarded: importing this module needs only the standard
+library, so the core stays importable without the ``server`` extra.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
-import socket
 import zlib
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 import anyio
@@ -91,6 +94,7 @@ from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import InvalidRequest, describe, send_invalid
+from ._upstream import Client, Upstream, UpstreamResponse, choose, make_upstream
 
 if TYPE_CHECKING:
     import httpx
@@ -112,6 +116,9 @@ _REQUEST_DROP = frozenset(
         b"host",
         b"content-length",
         b"accept-encoding",
+        # The proxy has read the whole body before it forwards: a 100-continue to wait for
+        # would only stall the request (aiohttp waits for it).
+        b"expect",
     }
 )
 _RESPONSE_DROP = frozenset(
@@ -210,14 +217,21 @@ def upstream_root(upstream: str) -> str:
     return upstream[:-3] if upstream.endswith("/v1") else upstream
 
 
+class _CorruptBody(Exception):
+    """A gzip or deflate body that does not inflate."""
+
+
 class ProxyApp:
-    """An ASGI app forwarding OpenAI API requests to ``upstream``, streaming with httpx.
+    """An ASGI app forwarding OpenAI API requests to ``upstream``, streaming.
 
     ``upstream`` is a base URL like ``http://localhost:8001/v1``. ``api_key``, if given, is
     sent as ``Authorization: Bearer ...`` instead of the client's. ``timeout`` bounds each read
-    from the upstream, in seconds (a long prefill is silent; ``None``: no limit). Pass your own
-    ``httpx.AsyncClient`` as ``client`` to control pooling and TLS; otherwise one is created
-    at the first request and closed by :meth:`aclose` or the ASGI lifespan shutdown.
+    from the upstream, in seconds (a long prefill is silent; ``None``: no limit).
+    ``upstream_client`` is the HTTP client the upstream is read with: ``"auto"`` (aiohttp on
+    asyncio if installed, the ``fast`` extra; else httpx), ``"aiohttp"`` or ``"httpx"``. Pass
+    your own ``httpx.AsyncClient`` as ``client`` to control pooling and TLS (it is then the one
+    used); otherwise one is created at the first request and closed by :meth:`aclose` or the
+    ASGI lifespan shutdown.
     ``routes``, if given, are the only proxy paths forwarded (``"/v1/chat/completions"``...);
     ``forward_other=True`` forwards paths outside the known APIs too (same path checks);
     ``limits`` bounds the request body (``max_body_bytes``), whole upstream responses
@@ -236,6 +250,7 @@ class ProxyApp:
         routes: Iterable[str] | None = None,
         max_body_size: int | None = None,
         forward_other: bool = False,
+        upstream_client: Client = "auto",
     ) -> None:
         if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
             raise ValueError(
@@ -252,8 +267,15 @@ class ProxyApp:
             limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
         self.limits = limits
         self.routes = None if routes is None else frozenset(routes)
+        if upstream_client not in ("auto", "aiohttp", "httpx"):
+            raise ValueError(
+                f"upstream_client must be 'auto', 'aiohttp' or 'httpx', got {upstream_client!r}"
+            )
+        self.upstream_client: Client = "httpx" if client is not None else upstream_client
         self._client = client
-        self._owns_client = client is None
+        # The clients made so far, by kind (aiohttp's on asyncio, httpx's under trio): like
+        # the client each holds, they belong to the event loop that made them.
+        self._upstreams: dict[str, Upstream] = {}
         # The upstream root's (scheme, host, port) and path prefix, parsed at the first request.
         self._base: tuple[tuple[str, str, int | None], bytes] | None = None
 
@@ -261,29 +283,19 @@ class ProxyApp:
     def max_body_size(self) -> int:
         return self.limits.max_body_bytes
 
-    def _get_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import httpx
-
-            connect = 30.0 if self.timeout is None else min(self.timeout, 30.0)
-            # Without Nagle's delay, as the connections the proxy accepts (._protocol): asyncio
-            # and trio set it on a connection they open, httpcore does not; set here, it holds
-            # whatever opens the socket.
-            transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            )
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=connect), transport=transport
-            )
-        return self._client
+    def _get_upstream(self) -> Upstream:
+        kind = choose(self.upstream_client)
+        upstream = self._upstreams.get(kind)
+        if upstream is None:
+            upstream = self._upstreams[kind] = make_upstream(kind, self.timeout, self._client)
+        return upstream
 
     async def aclose(self) -> None:
-        """Close the httpx client, if this app created it. Idempotent."""
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            with anyio.CancelScope(shield=True):
-                await client.aclose()
+        """Close the clients this app created (not a ``client`` given). Idempotent."""
+        upstreams, self._upstreams = self._upstreams, {}
+        with anyio.CancelScope(shield=True):
+            for upstream in upstreams.values():
+                await upstream.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -335,22 +347,26 @@ class ProxyApp:
         headers.append((b"accept-encoding", b"identity"))
         if self.api_key is not None:
             headers.append((b"authorization", f"Bearer {self.api_key}".encode()))
-        client = self._get_client()
-        try:
-            request = client.build_request(scope["method"], url, headers=headers, content=body)
-        except ValueError:  # httpx.InvalidURL and header errors: what the checks above missed
-            request = None
-        if request is None or not self._under_base(request.url):
+        if not self._under_base(url):
             await _send_invalid(send, _bad_path(f"Invalid request path: {path!r}."), family)
             return
-        exchange = _Exchange(self, request, body, send, record_of(scope), family, path)
-        await call_until_disconnect(receive, lambda: exchange.forward(client), scope)
+        exchange = _Exchange(
+            self, scope["method"], url, headers, body, send, record_of(scope), family, path
+        )
+        upstream = self._get_upstream()
+        await call_until_disconnect(receive, lambda: exchange.forward(upstream), scope)
 
-    def _under_base(self, url: httpx.URL) -> bool:
+    def _under_base(self, target: str) -> bool:
+        """Whether ``target`` parses, as a URL under the upstream's root (parsed as httpx does,
+        whichever client sends it: the same rule for both)."""
+        import httpx
+
+        try:
+            url = httpx.URL(target)
+        except ValueError:  # httpx.InvalidURL: what the path checks missed
+            return False
         base = self._base
         if base is None:
-            import httpx
-
             # Parsed once, not per request (a parse cost about 1% of a proxied request).
             parsed = httpx.URL(self.root)
             base = self._base = (
@@ -405,7 +421,9 @@ class _Exchange:
     def __init__(
         self,
         proxy: ProxyApp,
-        request: httpx.Request,
+        method: str,
+        url: str,
+        headers: list[tuple[bytes, bytes]],
         body: bytes,
         send: Send,
         record: RequestRecord | None,
@@ -415,11 +433,16 @@ class _Exchange:
         self._family = family
         self._path = path
         self._proxy = proxy
-        self._request = request
+        self._method = method
+        self._url = url
+        self._headers = headers
         self._body = body
         self._send = send
         self._record = record
         self._kind: Fault | None = None  # the upstream's fault, if any
+        self._upstream: Upstream | None = None
+        # What a stream's reading may raise, the client's errors with this module's own.
+        self._faults: tuple[type[BaseException], ...] = ()
 
     async def _error(self, status: int, message: str, code: str) -> None:
         """This proxy's own error response (502, 504), in the family's shape."""
@@ -434,25 +457,30 @@ class _Exchange:
         if self._record is not None:
             self._record.upstream_error = kind
 
-    async def forward(self, client: httpx.AsyncClient) -> None:
-        import httpx
-
+    async def forward(self, client: Upstream) -> None:
+        self._upstream = client
+        self._faults = (SSEFrameTooLarge, ResponseTooLarge, _CorruptBody, *client.errors)
         upstream = self._proxy.upstream
         try:
-            response = await client.send(self._request, stream=True)
-        except httpx.TimeoutException as error:
-            self._fault(Fault.TIMEOUT)
-            await self._error(
-                504,
-                f"The upstream {upstream} did not answer in time: {type(error).__name__}.",
-                "upstream_timeout",
+            response = await client.send(self._method, self._url, self._headers, self._body)
+        except ValueError:  # a header or URL the client refuses: what the checks above missed
+            await _send_invalid(
+                self._send, _bad_path(f"Invalid request path: {self._path!r}."), self._family
             )
             return
-        except httpx.HTTPError as error:
+        except client.errors as error:
+            if client.is_timeout(error):
+                self._fault(Fault.TIMEOUT)
+                await self._error(
+                    504,
+                    f"The upstream {upstream} did not answer in time: {client.name(error)}.",
+                    "upstream_timeout",
+                )
+                return
             self._fault(Fault.UNREACHABLE)
             await self._error(
                 502,
-                f"Could not reach the upstream {upstream}: {type(error).__name__}: {error}",
+                f"Could not reach the upstream {upstream}: {client.name(error)}: {error}",
                 "upstream_unreachable",
             )
             return
@@ -462,9 +490,9 @@ class _Exchange:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
-    async def _relay(self, response: httpx.Response) -> None:
-        status = response.status_code
-        raw_headers = response.headers.raw
+    async def _relay(self, response: UpstreamResponse) -> None:
+        status = response.status
+        raw_headers = response.headers
         content_type = (header(raw_headers, b"content-type") or b"").lower()
         if status >= 400:
             self._fault(Fault.STATUS)
@@ -473,14 +501,14 @@ class _Exchange:
             payload = upstream_error_payload(status, body, self._family)
             await send_json(self._send, status, payload)
             return
-        encoded = (header(raw_headers, b"content-encoding") or b"identity").lower() != b"identity"
+        inflated = (header(raw_headers, b"content-encoding") or b"").lower() in INFLATABLE
         headers = [
             (key, value)
             for key, value in raw_headers
             if key.lower() not in _RESPONSE_DROP
             and key.lower() != b"content-length"
-            # The body is relayed decoded (_decoded): its encoding changes.
-            and not (encoded and key.lower() == b"content-encoding")
+            # The body is relayed inflated (_decoded): its encoding changes.
+            and not (inflated and key.lower() == b"content-encoding")
         ]
         ndjson = self._family is not None and self._family.framing == "ndjson"
         if content_type.startswith(b"application/x-ndjson") or (
@@ -503,43 +531,37 @@ class _Exchange:
             )
         return _asks_for_stream(self._body, self._family, self._path)
 
-    def _decoded(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
-        """The body, decoded: gzip and deflate inflated here (bounded), the rest by httpx.
+    def _decoded(self, response: UpstreamResponse) -> AsyncIterator[bytes]:
+        """The body: gzip and deflate inflated here (bounded), any other encoding as received.
 
-        An identity body is httpx's raw iterator itself: no decoder and no generator of ours
-        between the upstream's reads and the relay (a few µs per event)."""
-        encoding = (header(response.headers.raw, b"content-encoding") or b"identity").lower()
-        if encoding == b"identity":
-            # An async generator at run time; typed as an iterator by httpx.
-            return cast("AsyncGenerator[bytes, None]", response.aiter_raw())
+        Otherwise the client's own iterator: no generator of ours between the upstream's reads
+        and the relay (a few µs per event)."""
+        encoding = (header(response.headers, b"content-encoding") or b"identity").lower()
         if encoding not in INFLATABLE:
-            return cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+            return response.pieces()
         return self._inflated(response, encoding)
 
     async def _inflated(
-        self, response: httpx.Response, encoding: bytes
+        self, response: UpstreamResponse, encoding: bytes
     ) -> AsyncGenerator[bytes, None]:
-        import httpx
-
         inflater = Inflater(self._proxy.limits.max_response_bytes)
         try:
-            async for raw in response.aiter_raw():
+            async for raw in response.pieces():
                 for piece in inflater.pieces(raw, final=False):
                     yield piece
             for piece in inflater.pieces(b"", final=True):
                 yield piece
         except zlib.error as error:
-            raise httpx.DecodingError(f"corrupt {encoding.decode()} body: {error}") from error
+            raise _CorruptBody(f"corrupt {encoding.decode()} body: {error}") from error
 
-    async def _read(self, response: httpx.Response) -> bytes | None:
+    async def _read(self, response: UpstreamResponse) -> bytes | None:
         """The whole body, or ``None`` (the fault recorded) if it broke off or was too large."""
-        import httpx
-
+        assert self._upstream is not None
         limit = self._proxy.limits.max_response_bytes
         parts: list[bytes] = []
         size = 0
         try:
-            async with aclosing(self._decoded(response)) as pieces:
+            async with _closing(self._decoded(response)) as pieces:
                 async for piece in pieces:
                     size += len(piece)
                     if size > limit:
@@ -549,26 +571,28 @@ class _Exchange:
         except ResponseTooLarge:
             self._fault(Fault.TOO_LARGE)
             return None
-        except httpx.TimeoutException:
-            self._fault(Fault.TIMEOUT)
-            return None
-        except httpx.HTTPError:
-            self._fault(Fault.TRUNCATED)
+        except self._faults as error:
+            self._fault(Fault.TIMEOUT if self._upstream.is_timeout(error) else Fault.TRUNCATED)
             return None
         return b"".join(parts)
 
     async def _relay_whole(
         self,
-        response: httpx.Response,
+        response: UpstreamResponse,
         status: int,
         headers: list[tuple[bytes, bytes]],
         content_type: bytes,
     ) -> None:
         upstream = self._proxy.upstream
         body = await self._read(response)
-        if body is not None and content_type.startswith(b"application/json"):
+        encoding = (header(response.headers, b"content-encoding") or b"identity").lower()
+        if (
+            body is not None
+            and content_type.startswith(b"application/json")
+            and (encoding == b"identity" or encoding in INFLATABLE)
+        ):
             # Checked up to the size a request may have: the parse holds the GIL, beyond that
-            # only the body's completeness is checked (by httpx, against its framing).
+            # only the body's completeness is checked (by the client, against its framing).
             if len(body) > self._proxy.limits.max_body_bytes:
                 valid = True
             elif len(body) > _PARSE_IN_THREAD_BYTES:
@@ -596,10 +620,8 @@ class _Exchange:
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _relay_events(
-        self, response: httpx.Response, status: int, headers: list[tuple[bytes, bytes]]
+        self, response: UpstreamResponse, status: int, headers: list[tuple[bytes, bytes]]
     ) -> None:
-        import httpx
-
         limits = self._proxy.limits
         splitter = EventSplitter(
             max_line_bytes=limits.max_sse_line_bytes, max_event_bytes=limits.max_sse_event_bytes
@@ -608,14 +630,14 @@ class _Exchange:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         tail = sent = b""
         try:
-            async with aclosing(self._decoded(response)) as pieces:
+            async with _closing(self._decoded(response)) as pieces:
                 async for piece in pieces:
                     out = splitter.feed(piece)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                         sent = out  # the last events sent: a fault event is numbered after them
-        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
-            kind, message, code = _stream_fault(error)
+        except self._faults as error:
+            kind, message, code = self._stream_fault(error)
             self._fault(kind)
             if isinstance(error, SSEFrameTooLarge) and error.raw:
                 # The whole events of the read that went over the limit: they were the
@@ -656,24 +678,22 @@ class _Exchange:
         return _error_line(message, code)
 
     async def _relay_lines(
-        self, response: httpx.Response, status: int, headers: list[tuple[bytes, bytes]]
+        self, response: UpstreamResponse, status: int, headers: list[tuple[bytes, bytes]]
     ) -> None:
         """An NDJSON stream, whole lines only; a fault ends it with an error line."""
-        import httpx
-
         decoder = NDJSONDecoder(max_line_bytes=self._proxy.limits.max_sse_event_bytes)
         send = self._send
         await send({"type": "http.response.start", "status": status, "headers": headers})
         tail = b""
         try:
-            async with aclosing(self._decoded(response)) as pieces:
+            async with _closing(self._decoded(response)) as pieces:
                 async for piece in pieces:
                     lines = decoder.feed(piece)
                     if lines:
                         out = b"\n".join(lines) + b"\n"
                         await send({"type": "http.response.body", "body": out, "more_body": True})
-        except (SSEFrameTooLarge, ResponseTooLarge, httpx.HTTPError) as error:
-            kind, message, code = _stream_fault(error)
+        except self._faults as error:
+            kind, message, code = self._stream_fault(error)
             self._fault(kind)
             # The whole lines read with the one over its limit still go out.
             lines = error.lines if isinstance(error, LineTooLarge) else []
@@ -690,22 +710,27 @@ class _Exchange:
                     )
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
+    def _stream_fault(self, error: BaseException) -> tuple[Fault, str, str]:
+        """How a stream the upstream failed ends, the same for events and lines: the fault's
+        kind (for the record), the error's message and its code."""
+        if isinstance(error, SSEFrameTooLarge):
+            return Fault.TOO_LARGE, f"The upstream sent {error}.", "upstream_event_too_large"
+        if isinstance(error, ResponseTooLarge):
+            return Fault.TOO_LARGE, str(error), "response_too_large"
+        assert self._upstream is not None
+        # A body that does not inflate: httpx's name for it, as for the clients' own errors.
+        name = "DecodingError" if isinstance(error, _CorruptBody) else self._upstream.name(error)
+        if self._upstream.is_timeout(error):
+            return Fault.TIMEOUT, f"The upstream stream stalled: {name}.", "upstream_timeout"
+        return Fault.BROKEN, f"The upstream stream broke off: {name}.", "upstream_broken"
 
-def _stream_fault(
-    error: SSEFrameTooLarge | ResponseTooLarge | httpx.HTTPError,
-) -> tuple[Fault, str, str]:
-    """How a stream the upstream failed ends, the same for events and lines: the fault's kind
-    (for the record), the error's message and its code."""
-    import httpx
 
-    if isinstance(error, SSEFrameTooLarge):
-        return Fault.TOO_LARGE, f"The upstream sent {error}.", "upstream_event_too_large"
-    if isinstance(error, ResponseTooLarge):
-        return Fault.TOO_LARGE, str(error), "response_too_large"
-    name = type(error).__name__
-    if isinstance(error, httpx.TimeoutException):
-        return Fault.TIMEOUT, f"The upstream stream stalled: {name}.", "upstream_timeout"
-    return Fault.BROKEN, f"The upstream stream broke off: {name}.", "upstream_broken"
+def _closing(pieces: AsyncIterator[bytes]) -> Any:
+    """``aclosing(pieces)`` if it can be closed (a generator), else a context that does
+    nothing: the client's own iterator ends with its response (:meth:`Upstream.aclose`)."""
+    if hasattr(pieces, "aclose"):
+        return aclosing(pieces)
+    return contextlib.nullcontext(pieces)
 
 
 def _parses(body: bytes) -> bool:

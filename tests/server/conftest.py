@@ -169,6 +169,23 @@ class _ErrorLog(logging.Handler):
 _error_log = _ErrorLog()
 
 
+@pytest.fixture(params=["aiohttp", "httpx"])
+def each_upstream_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The case once with each HTTP client the proxy reads its upstream with, on asyncio
+    (under trio only httpx runs, so the trio case runs twice on it): every fault and hostile
+    input must end the same whichever client read it."""
+    from streamstop.server import _proxy, _upstream
+
+    kind: str = request.param
+
+    def forced(client: Any) -> Any:
+        chosen = _upstream.choose("httpx" if client == "httpx" else "auto")
+        return "httpx" if chosen == "httpx" else kind
+
+    monkeypatch.setattr(_proxy, "choose", forced)
+    return kind
+
+
 @pytest.fixture(autouse=True)
 def _no_server_errors() -> Iterator[None]:
     _error_log.records.clear()

@@ -34,6 +34,9 @@ from .conftest import (
 # Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
 # ``async def test`` (marked one by one: the module has sync tests too).
 
+# Every case with each upstream client (aiohttp and httpx).
+pytestmark = pytest.mark.usefixtures("each_upstream_client")
+
 
 TEXT = "Sure: 1, 2, 3.\n\nUser: and now? <|im_end|> ### Observation: x </s>"
 STOPS = ["</s>", "<|im_end|>", "\n\nUser:", "###", "Observation:"]

@@ -23,6 +23,9 @@ from .conftest import LiveServer, RawUpstream, http_response, proxied, raw_upstr
 # Integration tests, asyncio only (uvicorn and the clients): pytest-asyncio runs each
 # ``async def test`` (marked one by one: the module has sync tests too).
 
+# Every case with each upstream client (aiohttp and httpx).
+pytestmark = pytest.mark.usefixtures("each_upstream_client")
+
 
 class HoldingUpstream(RawUpstream):
     """Sends its answer, then keeps the connection open without a word (a stalled model)."""

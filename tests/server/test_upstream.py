@@ -1,0 +1,117 @@
+"""The proxy's upstream clients (streamstop/server/_upstream.py): which one runs where, and what
+each sends upstream. The faults and hostile inputs are test_proxy_faults.py's and
+test_proxy.py's, each case run with both clients (the ``each_upstream_client`` fixture)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from streamstop.server import ProxyApp
+from streamstop.server._upstream import choose
+
+from .conftest import http_response, proxied, raw_upstream
+
+pytestmark = pytest.mark.usefixtures("each_upstream_client")
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+ANSWER = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}'
+
+
+def test_choose_names_the_bad_value() -> None:
+    with pytest.raises(ValueError, match=r"upstream_client must be one of .*'curl'"):
+        choose("curl")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"upstream_client must be .*'curl'"):
+        ProxyApp("http://localhost:8000/v1", upstream_client="curl")  # type: ignore[arg-type]
+
+
+def test_auto_is_aiohttp_on_asyncio_and_httpx_elsewhere() -> None:
+    async def chosen() -> str:
+        return choose("auto")
+
+    assert asyncio.run(chosen()) == "aiohttp"
+    assert anyio.run(chosen, backend="trio") == "httpx"
+    assert choose("auto") == "httpx"  # no loop running
+    assert asyncio.run(_choose("httpx")) == "httpx"
+
+
+async def _choose(client: Any) -> str:
+    return choose(client)
+
+
+def test_aiohttp_asked_for_where_it_cannot_run_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeError, match="asyncio only"):
+        anyio.run(_choose, "aiohttp", backend="trio")
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # not installed
+    assert asyncio.run(_choose("auto")) == "httpx"
+    with pytest.raises(RuntimeError, match=r"needs aiohttp: pip install 'streamstop\[fast\]'"):
+        asyncio.run(_choose("aiohttp"))
+
+
+def test_a_client_given_is_the_one_used() -> None:
+    client = httpx.AsyncClient()
+    assert ProxyApp("http://localhost:8000/v1", client=client).upstream_client == "httpx"
+    asyncio.run(client.aclose())
+
+
+@pytest.mark.asyncio
+async def test_the_request_goes_upstream_as_the_client_sent_it() -> None:
+    # The path and query percent-encoded as received, the client's headers, no Expect (the
+    # proxy has the whole body), no content type the client did not send, identity asked for.
+    async with (
+        raw_upstream(lambda _: http_response("200 OK", "application/json", ANSWER)) as upstream,
+        proxied(upstream.url) as (client, _),
+    ):
+        response = await client.post(
+            "/chat/completions?api-version=2024%2D01",
+            content=httpx.Request("POST", "http://x", json=CHAT).content,
+            headers={"expect": "100-continue", "x-trace": "a b", "content-type": ""},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "ok"
+    head, _, body = upstream.requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /v1/chat/completions?api-version=2024%2D01 HTTP/1.1"
+    names = {line.split(b":")[0].lower(): line.split(b":", 1)[1].strip() for line in lines[1:]}
+    assert b"expect" not in names
+    assert names[b"x-trace"] == b"a b"
+    assert names[b"accept-encoding"] == b"identity"
+    assert names[b"content-length"] == str(len(body)).encode()
+    assert names.get(b"content-type", b"") == b""
+    assert b'"messages"' in body
+
+
+@pytest.mark.asyncio
+async def test_a_redirect_is_passed_on_not_followed() -> None:
+    answer = (
+        b"HTTP/1.1 307 Temporary Redirect\r\nlocation: http://elsewhere.invalid/v1/x\r\n"
+        b"content-length: 0\r\nconnection: close\r\n\r\n"
+    )
+    async with raw_upstream(lambda _: answer) as upstream, proxied(upstream.url) as (client, _):
+        response = await client.post("/chat/completions", json=CHAT)
+    assert response.status_code == 307
+    assert response.headers["location"] == "http://elsewhere.invalid/v1/x"
+    assert len(upstream.requests) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_body_in_an_encoding_not_inflated_here_is_relayed_as_received() -> None:
+    body = b"\x8b\x01\x80not-really-brotli"
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: br\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    async with (
+        raw_upstream(lambda _: answer) as upstream,
+        proxied(upstream.url) as (client, _),
+        client.stream("POST", "/chat/completions", json=CHAT) as response,
+    ):
+        raw = b"".join([piece async for piece in response.aiter_raw()])
+    assert response.status_code == 200
+    assert response.headers["content-encoding"] == "br"
+    assert raw == body
