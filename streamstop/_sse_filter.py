@@ -206,6 +206,10 @@ class SSEFilter:
                     exact = _reread(value)
                     return self._chunk(data, chunk if exact is None else exact, ())
                 return self._sent(data, chunk, out, ())
+            if self._idle and 13 not in data:
+                parts = data.split(b"\n\n")
+                if len(parts) > 2:
+                    return self._batch(parts)
         elif not isinstance(data, bytearray | memoryview):
             raise TypeError(f"SSE data must be bytes, got {type(data).__name__}: {data!r}")
         elif self._done:
@@ -219,6 +223,20 @@ class SSEFilter:
         if len(events) == 1:  # the usual read: one event, no list to join
             return self._event(events[0])
         return self._events(events)
+
+    def _batch(self, parts: list[bytes]) -> bytes:
+        """Several events in one read (a fast upstream read as it arrives), split at their
+        blank lines: each part but the last is fed as a read of its own, one whole event, so
+        that the usual ones take the usual path; the last, unfinished, is fed as it is.
+
+        The same as feeding the read whole: a part (but the last) never ends with LF (the
+        leftmost split would have split one byte earlier), so it and its blank line are whole
+        events ending where the decoder is idle; without CR no other line end exists."""
+        feed = self.feed
+        out = [feed(part + b"\n\n") for part in parts[:-1]]
+        if parts[-1]:
+            out.append(feed(parts[-1]))
+        return b"".join(out)
 
     def flush(self) -> bytes:
         """End of the body: the last event, then chunks for the text still held.

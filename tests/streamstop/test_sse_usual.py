@@ -56,6 +56,13 @@ CASES: dict[str, tuple[list[bytes], dict[str, Any], bytes]] = {
         {},
         usual("Hel") + usual("lo") + DONE,
     ),
+    # Read whole, these are one read of many events, split at its blank lines (the batch
+    # path): a blank line of its own, two in a row, between usual events.
+    "blank lines of their own between usual events": (
+        [usual("a"), b"\n", usual("b"), b"\n\n", usual("c"), DONE],
+        {},
+        usual("a") + b"\n" + usual("b") + b"\n\n" + usual("c") + DONE,
+    ),
     "a stop split across usual events": (
         [usual("a</"), usual("s>junk"), usual("never")],
         {"n": 1},
