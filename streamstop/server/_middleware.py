@@ -191,7 +191,8 @@ class StopMiddleware:
     ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the OpenAI
     endpoints filtered (exact match on the ASGI ``path``); ``family_paths`` maps the other
     APIs' endpoints to their family (default :data:`DEFAULT_FAMILY_PATHS`; ``{}``: none; a key
-    with ``{model}`` is a pattern, ``{model}`` one path segment: Gemini's paths).
+    with ``{model}`` is a pattern, ``{model}`` one path segment: Gemini's paths; a value is a
+    name of ``streamstop._families.FAMILIES``, ``"openai"`` included).
     ``limits`` bounds what a request may ask (stops, body, JSON depth) and what the app's
     stream may send (lines, events); the older
     ``max_body_size``, if given, overrides ``limits.max_body_bytes``.

@@ -127,6 +127,23 @@ async def test_a_body_over_the_limit_is_a_413_naming_its_setting_in_the_familys_
     assert app.receive is None
 
 
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/embeddings"])
+async def test_the_proxy_answers_a_path_of_no_family_in_openais_error_shape(path: str) -> None:
+    from streamstop.server import ProxyApp
+
+    # Port 1: refused at once, so the proxy writes its own 502.
+    proxy = ProxyApp("http://127.0.0.1:1", forward_other=True, timeout=5.0)
+    client = Client(b"{}")
+    try:
+        await proxy(http_scope(path, method="GET"), client.receive, client.send)
+    finally:
+        await proxy.aclose()
+    assert client.status == 502
+    error = json.loads(client.body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("server_error", "upstream_unreachable")
+
+
 def test_the_openai_family_is_the_one_for_openais_paths() -> None:
     from streamstop.server._middleware import DEFAULT_PATHS
 
