@@ -1,4 +1,4 @@
-"""API families: the adapters of the native streaming APIs besides OpenAI's, sans-I/O.
+"""API families: the adapters of the streaming APIs, and the tables that route to them, sans-I/O.
 
 Rules of this module (one filter core, one small adapter per API; no anyio, no I/O):
 
@@ -9,6 +9,8 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   ============  ======================  ====================  ============================
   family        paths                   stop parameter        text
   ============  ======================  ====================  ============================
+  openai        ``/v1/chat/completions``, ``/v1/completions``: ``stop`` (``stop_regex``...),
+                ``choices[].delta.content``, ``choices[].text`` (:mod:`._family_openai`)
   anthropic     ``/v1/messages``        ``stop_sequences``    ``text_delta`` of text blocks
   ollama        ``/api/chat``           ``options.stop``      ``message.content``
   ollama        ``/api/generate``       ``options.stop``      ``response``
@@ -20,12 +22,17 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   ============  ======================  ====================  ============================
 
   (The Responses API's adapter lives in :mod:`._family_responses`: its cut rebuilds the
-  response, so it keeps more state than these.)
+  response, so it keeps more state than these. OpenAI's chat and completions, in
+  :mod:`._family_openai`, keep a core of their own, :class:`~streamstop.chat.SSEFilter`, made by
+  the adapter's :meth:`~streamstop._family.Family.stream_filter`.)
 
-- :data:`FAMILY_PATHS` maps each path to its family; a key holding ``{model}`` is a pattern,
-  ``{model}`` standing for one path segment without ``:`` (Gemini names the model in the
-  path). :func:`family_route` finds the key a path is (the proxy's routing, the middleware's,
-  the metrics' route label: a pattern, never the model, so labels stay bounded).
+- :data:`FAMILIES` holds one adapter per name, OpenAI's (``"openai"``) included;
+  :data:`~streamstop._family_openai.OPENAI_PATHS` maps OpenAI's paths to it (the middleware's
+  ``paths``), :data:`FAMILY_PATHS` each native path of the others to its family; a key holding
+  ``{model}`` is a pattern, ``{model}`` standing for one path segment without ``:`` (Gemini
+  names the model in the path). :func:`family_route` finds the key a path is (the proxy's
+  routing, the middleware's, the metrics' route label: a pattern, never the model, so labels
+  stay bounded).
 
 - :class:`~streamstop._family.FamilyStream` (in :mod:`._family`) is the core they all share:
   it asks the adapter only the questions above.
@@ -52,6 +59,7 @@ from typing import Any
 from ._automaton import StopAutomaton
 from ._family import Family, cut_each, cut_text, server_error
 from ._family_gemini import Gemini
+from ._family_openai import OPENAI_ALIASES, OpenAI
 from ._family_responses import Responses
 from ._sse import encode_event
 
@@ -396,6 +404,7 @@ class TGI(Family):
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
+        OpenAI(),
         Anthropic(),
         OllamaChat(),
         OllamaGenerate(),
@@ -425,10 +434,6 @@ FAMILY_PATHS: dict[str, str] = {
         for method in ("generateContent", "streamGenerateContent")
     },
 }
-
-# Paths that serve the OpenAI API without its /v1, and their /v1 twin: llama.cpp routes
-# /chat/completions to the handler of /v1/chat/completions (tools/server/server.cpp).
-OPENAI_ALIASES: dict[str, str] = {"/chat/completions": "/v1/chat/completions"}
 
 
 @functools.lru_cache(maxsize=16)

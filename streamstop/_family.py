@@ -1,5 +1,4 @@
-"""The filter core of every API family but OpenAI's own, sans-I/O: :class:`Family` and
-:class:`FamilyStream`.
+"""The filter core of every API family, sans-I/O: :class:`Family` and :class:`FamilyStream`.
 
 Rules of this module (one filter core, one small adapter per API; no anyio, no I/O):
 
@@ -9,6 +8,11 @@ Rules of this module (one filter core, one small adapter per API; no anyio, no I
   cut is written, and how a whole (non-streaming) response is cut. Nothing else differs between
   APIs: adding one is an adapter and a row of the shared table of cases
   (``tests/streamstop/test_families.py``).
+- The middleware asks a family for the filter of each stream (:meth:`Family.stream_filter`,
+  once per stream) and holds it as a :class:`~streamstop._stream_filter.StreamFilter`, the one
+  protocol written down in :mod:`._stream_filter`. The default is :class:`FamilyStream`; OpenAI's
+  chat and completions (:mod:`._family_openai`) answer with an :class:`~streamstop.chat.SSEFilter`
+  instead, whose usual-event fast path needs no question to an adapter.
 - An event may carry the text of several slots, or several texts (Gemini's candidates and
   parts): the adapter's :meth:`Family.split` makes it pieces of one text each, the core filters
   them one by one, and :meth:`Family.join` makes what comes out one event again. An event that
@@ -50,6 +54,7 @@ from ._sse import (
     parse_field,
     snippet,
 )
+from ._stream_filter import StreamFilter
 
 __all__ = [
     "Family",
@@ -139,6 +144,12 @@ class Family:
     # The field numbering every event (Responses: "sequence_number"): the core keeps it
     # consecutive over the events it sends, those it writes included.
     sequence_field: str | None = None
+    # Whether a request is checked as an OpenAI completion request (its fields' types: n,
+    # stream, stream_options...): another API's fields are its own (llama.cpp's prompt).
+    openai_fields = False
+    # The content types of a streamed response (any type but JSON also streams when the request
+    # asked for a stream): OpenAI's streams are SSE only.
+    stream_types: tuple[bytes, ...] = (b"text/event-stream", b"application/x-ndjson")
 
     def fresh(self) -> Family:
         return type(self)()
@@ -149,6 +160,11 @@ class Family:
 
     def slots(self, request: dict[str, Any]) -> int:
         return 1
+
+    def include_usage(self, request: dict[str, Any]) -> bool:
+        """Whether a stream cut by a stop still ends with a usage event of the filter's own
+        (OpenAI's ``stream_options.include_usage``): no other API asks for one."""
+        return False
 
     def stops_value(self, request: dict[str, Any]) -> Any:
         value: Any = request
@@ -255,6 +271,32 @@ class Family:
         """The model the request names (for the record and the access log)."""
         model = request.get("model")
         return model if isinstance(model, str) else None
+
+    def stream_filter(
+        self,
+        stops: Stops | StopAutomaton,
+        *,
+        n: int | None = 1,
+        include_stop: bool = False,
+        include_usage: bool = False,
+        max_line_bytes: int | None = None,
+        max_event_bytes: int | None = None,
+        regex: str | Iterable[str] | StopPatterns | None = None,
+        arm_after: str | None = None,
+    ) -> StreamFilter:
+        """The filter of one streaming response (called once per stream, never per event): a
+        :class:`FamilyStream` on this adapter unless the family has its own core (OpenAI's).
+        ``include_usage`` is :meth:`include_usage`'s answer, for a filter that writes one."""
+        return FamilyStream(
+            self,
+            stops,
+            n=n,
+            include_stop=include_stop,
+            max_line_bytes=max_line_bytes,
+            max_event_bytes=max_event_bytes,
+            regex=regex,
+            arm_after=arm_after,
+        )
 
     # whole responses
     def cut_whole(

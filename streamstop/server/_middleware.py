@@ -46,13 +46,18 @@ Rules of this module (the life cycle of one request lives here, its states and t
   sent, the response ends, and the app is cancelled: its ``await send(...)`` raises the
   cancellation, so an app that is a proxy closes its upstream and a model stops generating.
 - A client that disconnects (``http.disconnect``, or ``send`` failing) cancels the app too.
-- The other API families (:mod:`streamstop._families`: Anthropic's ``/v1/messages``, Ollama's
+- Every filtered path has a family (:mod:`streamstop._families`): OpenAI's for ``paths``
+  (:mod:`streamstop._family_openai`), and for the others Anthropic's ``/v1/messages``, Ollama's
   ``/api/chat`` and ``/api/generate``, llama.cpp's ``/completion``, TGI's ``/generate`` and
   ``/generate_stream``, OpenAI's Responses API ``/v1/responses``, Gemini's
-  ``/v1beta/models/{model}:streamGenerateContent`` and ``:generateContent``) go through the
-  same life cycle, limits, checks and record: only where the stops are read, how the response
-  is framed (SSE, NDJSON, whole JSON), how a cut is written and the shape of an error (Gemini's
-  own; OpenAI's for the others) differ, and that is the family's adapter.
+  ``/v1beta/models/{model}:streamGenerateContent`` and ``:generateContent``. They all go
+  through the same life cycle, limits, checks and record: only where the stops are read, how
+  the response is framed (SSE, NDJSON, whole JSON), how a cut is written and the shape of an
+  error (Gemini's own; OpenAI's for the others) differ, and that is the family's adapter. This
+  module never asks which family it holds: a stream's filter is the family's
+  (:meth:`~streamstop._family.Family.stream_filter`, one
+  :class:`~streamstop._stream_filter.StreamFilter` protocol), a whole response's cut too
+  (:meth:`~streamstop._family.Family.cut_whole`), and so are the error shapes.
 """
 
 from __future__ import annotations
@@ -68,12 +73,12 @@ import anyio.to_thread
 
 from .. import _json
 from .._automaton import StopAutomaton
-from .._chunks import cut_response
-from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
-from .._family import Family, FamilyStream
+from .._families import FAMILIES, FAMILY_PATHS, family_route
+from .._family import Family
+from .._family_openai import OPENAI_PATHS
 from .._faults import Fault, recorded
 from .._patterns import StopPatterns, StopPatternTimeout
-from .._sse_filter import SSEFilter
+from .._stream_filter import StreamFilter
 from .._text import StopRules
 from ._asgi import (
     DISCONNECT_WATCHED,
@@ -86,7 +91,6 @@ from ._asgi import (
     error_payload,
     header,
     read_body,
-    read_body_or_413,
     send_error,
     send_json,
     too_large,
@@ -97,13 +101,9 @@ from ._record import RequestRecord, record_of
 from ._request import (
     STOP_RULE_FIELDS,
     InvalidRequest,
-    include_usage,
     parse_body,
-    parse_n,
     parse_stop_rules,
     parse_stops,
-    send_invalid,
-    wants_stream,
     without_key,
 )
 from ._response_state import LIVE, Event, State, transition
@@ -111,7 +111,8 @@ from ._response_state import LIVE, Event, State, transition
 __all__ = ["DEFAULT_FAMILY_PATHS", "DEFAULT_PATHS", "StopMiddleware"]
 
 # OpenAI's endpoints, and their aliases without /v1 (llama.cpp's /chat/completions).
-DEFAULT_PATHS = ("/v1/chat/completions", "/v1/completions", *OPENAI_ALIASES)
+DEFAULT_PATHS = tuple(OPENAI_PATHS)
+_OPENAI = FAMILIES[OPENAI_PATHS[DEFAULT_PATHS[0]]]  # the family of the paths given as ``paths``
 # The native APIs filtered besides OpenAI's: path -> family (see streamstop._families).
 DEFAULT_FAMILY_PATHS: dict[str, str] = dict(FAMILY_PATHS)
 
@@ -148,16 +149,6 @@ def _caused_by(error: BaseException, cause: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
-
-
-def _expected_choices(request: dict[str, Any]) -> int | None:
-    """How many choices the response will have, or ``None`` if unsure."""
-    n = parse_n(request)
-    prompt = request.get("prompt")
-    # A legacy completion with a batch of prompts has n choices per prompt.
-    if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
-        return n * len(prompt)
-    return n
 
 
 _TOO_LARGE = "response_too_large"
@@ -200,7 +191,8 @@ class StopMiddleware:
     ``include_stop=True`` keeps the matched stop in the output. ``paths`` are the OpenAI
     endpoints filtered (exact match on the ASGI ``path``); ``family_paths`` maps the other
     APIs' endpoints to their family (default :data:`DEFAULT_FAMILY_PATHS`; ``{}``: none; a key
-    with ``{model}`` is a pattern, ``{model}`` one path segment: Gemini's paths).
+    with ``{model}`` is a pattern, ``{model}`` one path segment: Gemini's paths; a value is a
+    name of ``streamstop._families.FAMILIES``, ``"openai"`` included).
     ``limits`` bounds what a request may ask (stops, body, JSON depth) and what the app's
     stream may send (lines, events); the older
     ``max_body_size``, if given, overrides ``limits.max_body_bytes``.
@@ -230,6 +222,12 @@ class StopMiddleware:
         self.family_paths = {
             path: FAMILIES[name] for path, name in family_paths.items() if path not in self.paths
         }
+        # Every filtered path and its family: ``paths`` are OpenAI's (and win over a
+        # family_paths key of the same path).
+        self._families: dict[str, Family] = {
+            **self.family_paths,
+            **dict.fromkeys(self.paths, _OPENAI),
+        }
         limits = limits if limits is not None else RequestLimits()
         if max_body_size is not None:
             limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
@@ -240,10 +238,12 @@ class StopMiddleware:
         return self.limits.max_body_bytes
 
     def _family_of(self, path: Any) -> Family | None:
-        family = self.family_paths.get(path)
+        """The family filtering ``path``, or ``None``: the path is not this layer's."""
+        families = self._families
+        family = families.get(path)
         if family is None and isinstance(path, str):
-            route = family_route(path, self.family_paths)  # a pattern: Gemini's {model}
-            family = None if route is None else self.family_paths[route]
+            route = family_route(path, families)  # a pattern: Gemini's {model}
+            family = None if route is None else families[route]
         return family
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -251,16 +251,11 @@ class StopMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path")
-        family: Family | None = None
-        if path not in self.paths:
-            family = self._family_of(path)
-            if family is None:
-                await self.app(scope, receive, send)
-                return
+        family = self._family_of(path)
         if family is None:
-            received = await read_body_or_413(receive, send, self.limits.max_body_bytes)
-        else:
-            received = await _read_family_body(receive, send, self.limits.max_body_bytes, family)
+            await self.app(scope, receive, send)
+            return
+        received = await _read_family_body(receive, send, self.limits.max_body_bytes, family)
         if received is None:
             return  # the client left before sending its request, or it was too large
         query = scope.get("query_string", b"")
@@ -311,50 +306,19 @@ class StopMiddleware:
         await exchange.run(scope, body, receive)
 
     def _prepare(
-        self, body: bytes, family: Family | None = None, path: Any = None, query: bytes = b""
+        self, body: bytes, family: Family = _OPENAI, path: Any = None, query: bytes = b""
     ) -> _Prepared:
         """Parse and check the body; what this layer needs of it, and the body the app gets
-        (``stop`` removed unless forwarded). Pure CPU work, run in a worker thread for large
+        (the stops removed unless forwarded). Pure CPU work, run in a worker thread for large
         bodies; the parsed request dies here, so a large one is freed in that thread too."""
-        request = parse_body(body, self.limits, openai=family is None)
-        if family is not None:
-            return self._prepare_family(body, request, family, str(path), query)
-        stops = parse_stops(request, self.limits)
-        patterns, arm_after = parse_stop_rules(request, self.limits)
-        taken = [
-            key
-            for key in ("stop", *STOP_RULE_FIELDS)
-            if key in request and (key == "stop_arm_after" or not self.forward_stop)
-        ]
-        if taken:
-            cut: bytes | None = body if len(body) > _SPLICE_BYTES else None
-            for key in taken:
-                del request[key]
-                # Cut out of the bytes when it can be: json.dumps of a large body holds the GIL.
-                cut = without_key(cut, key) if cut is not None else None
-            body = cut if cut is not None else _json.dumps(request)
-        model = request.get("model")
-        stream = wants_stream(request)
-        return _Prepared(
-            body=body,
-            stops=stops,
-            model=model if isinstance(model, str) else None,
-            choices=_expected_choices(request),
-            stream=stream,
-            include_usage=stream and include_usage(request),
-            patterns=patterns,
-            arm_after=arm_after,
-        )
-
-    def _prepare_family(
-        self, body: bytes, request: dict[str, Any], family: Family, path: str, query: bytes
-    ) -> _Prepared:
+        request = parse_body(body, self.limits, openai=family.openai_fields)
+        path = str(path)
         param = ".".join(family.stop_path)
         stops = parse_stops({"stop": family.stops_value(request)}, self.limits, param=param)
         patterns: StopPatterns | None = None
         arm_after: str | None = None
         taken: list[str] = []
-        if family.stop_rules:  # an OpenAI API's (Responses): stop_regex and stop_arm_after too
+        if family.stop_rules:  # an OpenAI API's: stop_regex and stop_arm_after too
             patterns, arm_after = parse_stop_rules(request, self.limits)
             taken = [
                 key
@@ -367,23 +331,22 @@ class StopMiddleware:
         for key in taken:
             del request[key]
         removed = not self.forward_stop and family.remove_stops(request)
-        if taken:
-            body = _json.dumps(request)
-        elif removed:
-            top = family.stop_path[0]
-            cut = (
-                without_key(body, top)
-                if len(family.stop_path) == 1 and len(body) > _SPLICE_BYTES
-                else None
-            )
+        if removed or taken:
+            # Cut out of the bytes when it can be (top-level keys only): json.dumps of a large
+            # body holds the GIL.
+            nested = removed and len(family.stop_path) > 1
+            cut: bytes | None = body if len(body) > _SPLICE_BYTES and not nested else None
+            for key in [*(family.stop_path[:1] if removed else ()), *taken]:
+                cut = without_key(cut, key) if cut is not None else None
             body = cut if cut is not None else _json.dumps(request)
+        stream = family.streams(request, path)
         return _Prepared(
             body=body,
             stops=stops,
             model=family.model(request, path),
             choices=family.slots(request),
-            stream=family.streams(request, path),
-            include_usage=False,
+            stream=stream,
+            include_usage=stream and family.include_usage(request),
             patterns=patterns,
             arm_after=arm_after,
         )
@@ -403,25 +366,27 @@ class _Prepared:
     arm_after: str | None = None  # stop_arm_after
 
 
-async def _send_invalid(send: Send, error: InvalidRequest, family: Family | None) -> None:
-    """Answer ``error`` in the shape the family's clients read (OpenAI's by default)."""
-    if family is None:
-        await send_invalid(send, error)
-        return
+async def _send_invalid(send: Send, error: InvalidRequest, family: Family) -> None:
+    """Answer ``error`` in the shape the family's clients read."""
     payload = family.error_body(error.status, error.message, param=error.param, code=error.code)
-    await send_json(send, error.status, payload)
+    headers = [(b"allow", error.allow.encode())] if error.allow else []
+    await send_json(send, error.status, payload, headers=headers)
 
 
 async def _read_family_body(
     receive: Receive, send: Send, limit: int, family: Family
 ) -> bytes | None:
-    """:func:`read_body_or_413`, the 413 in the family's error shape."""
+    """:func:`~._asgi.read_body_or_413`, the 413 in the family's error shape."""
     try:
         return await read_body(receive, limit)
     except BodyTooLarge as error:
-        message = too_large(error.limit)
-        await send_json(send, 413, family.error_body(413, message))
+        await _send_invalid(send, _body_too_large(error.limit), family)
         return None
+
+
+def _body_too_large(limit: int) -> InvalidRequest:
+    """read_body_or_413's 413, with its code (every family's now, not only OpenAI's)."""
+    return InvalidRequest(413, too_large(limit), code="max_body_bytes_exceeded")
 
 
 def _replay(body: bytes, then: Receive) -> Receive:
@@ -453,7 +418,7 @@ class _Exchange:
         limits: RequestLimits,
         record: RequestRecord | None,
         send: Send,
-        family: Family | None = None,
+        family: Family = _OPENAI,
         patterns: StopPatterns | None = None,
         arm_after: str | None = None,
     ) -> None:
@@ -473,10 +438,10 @@ class _Exchange:
         self._state = State.AWAITING_START
         # Inflates a body the app compressed although asked not to (gzip or deflate).
         self._inflate: Inflater | None = None
-        self._sse: SSEFilter | FamilyStream | None = None
+        self._sse: StreamFilter | None = None
         # The filter while a stream's bodies take the usual path (STREAMING, no inflation: kept
         # by _move): _intercept's first test, so that routing a body costs one attribute test.
-        self._streaming: SSEFilter | FamilyStream | None = None
+        self._streaming: StreamFilter | None = None
         self._start: Message | None = None
         self._json_parts: list[bytes] = []
         self._json_size = 0
@@ -618,13 +583,8 @@ class _Exchange:
         if self._record is not None:
             self._record.upstream_error = Fault.TOO_LARGE
         self._move(Event.END)
-        if self._family is None:
-            await send_error(
-                self._downstream, 502, str(error), type="server_error", code=_TOO_LARGE
-            )
-        else:
-            payload = self._family.error_body(502, str(error), type="server_error", code=_TOO_LARGE)
-            await send_json(self._downstream, 502, payload)
+        payload = self._family.error_body(502, str(error), type="server_error", code=_TOO_LARGE)
+        await send_json(self._downstream, 502, payload)
         self._app_scope.cancel()
         await anyio.lowlevel.checkpoint()
 
@@ -660,38 +620,23 @@ class _Exchange:
             encoding = b"identity"
         if encoding != b"identity":
             self._move(Event.START_PASS)
-        elif (
-            content_type.startswith(b"text/event-stream")
-            or (self._family is not None and content_type.startswith(b"application/x-ndjson"))
-            or (
-                # Asked for a stream: SSE by its framing, whatever the label (none, text/plain).
-                self._stream
-                and 200 <= status < 300
-                and not content_type.startswith(b"application/json")
-            )
+        elif content_type.startswith(self._family.stream_types) or (
+            # Asked for a stream: SSE by its framing, whatever the label (none, text/plain).
+            self._stream
+            and 200 <= status < 300
+            and not content_type.startswith(b"application/json")
         ):
-            if self._family is None:
-                self._sse = SSEFilter(
-                    self._automaton,
-                    n=self._n,
-                    include_stop=self._include_stop,
-                    include_usage=self._include_usage,
-                    max_line_bytes=self._limits.max_sse_line_bytes,
-                    max_event_bytes=self._limits.max_sse_event_bytes,
-                    regex=self._patterns,
-                    arm_after=self._arm_after,
-                )
-            else:
-                self._sse = FamilyStream(
-                    self._family,
-                    self._automaton,
-                    n=self._n,
-                    include_stop=self._include_stop,
-                    max_line_bytes=self._limits.max_sse_line_bytes,
-                    max_event_bytes=self._limits.max_sse_event_bytes,
-                    regex=self._patterns,
-                    arm_after=self._arm_after,
-                )
+            # The family's own filter (OpenAI's: SSEFilter, its fast path kept), made once.
+            self._sse = self._family.stream_filter(
+                self._automaton,
+                n=self._n,
+                include_stop=self._include_stop,
+                include_usage=self._include_usage,
+                max_line_bytes=self._limits.max_sse_line_bytes,
+                max_event_bytes=self._limits.max_sse_event_bytes,
+                regex=self._patterns,
+                arm_after=self._arm_after,
+            )
             self._move(Event.START_STREAM)
             message = {**message, "headers": _with_content_length(headers, None)}
         elif 200 <= status < 300 and content_type.startswith(b"application/json"):
@@ -715,7 +660,7 @@ class _Exchange:
         elif data:
             await self._downstream({"type": "http.response.body", "body": data, "more_body": True})
 
-    async def _end_stream(self, sse: SSEFilter | FamilyStream, data: bytes) -> None:
+    async def _end_stream(self, sse: StreamFilter, data: bytes) -> None:
         """The stream is over (``sse.done``) before the app's last body: end the response."""
         await self._finish_body(data)
         if sse.cut or sse.error is not None:
@@ -725,7 +670,7 @@ class _Exchange:
             self._app_scope.cancel()
             await anyio.lowlevel.checkpoint()
 
-    async def _feed_inflated(self, sse: SSEFilter | FamilyStream, message: Message) -> bytes:
+    async def _feed_inflated(self, sse: StreamFilter, message: Message) -> bytes:
         """Feed the inflated pieces of ``message`` to ``sse``, sending what comes out of all
         but the last; over the limit the stream ends in error. Returns what is left to send."""
         data = b""
@@ -741,11 +686,7 @@ class _Exchange:
         except ResponseTooLarge as error:
             if self._record is not None:
                 self._record.upstream_error = Fault.TOO_LARGE
-            if self._family is None:
-                payload = error_payload(str(error), type="server_error", code=_TOO_LARGE)
-            else:
-                payload = self._family.error_payload(str(error), _TOO_LARGE)
-            data += sse.fail(payload)
+            data += sse.fail(self._family.error_payload(str(error), _TOO_LARGE))
         return data
 
     def _inflated(self, message: Message) -> Iterable[bytes]:
@@ -755,7 +696,7 @@ class _Exchange:
             return (body,)
         return self._inflate.pieces(body, final=not message.get("more_body", False))
 
-    def _observe_stream(self, sse: SSEFilter | FamilyStream) -> None:
+    def _observe_stream(self, sse: StreamFilter) -> None:
         record = self._record
         if record is None:
             return
@@ -802,19 +743,8 @@ class _Exchange:
             response = _json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body, []
-        if self._family is not None:
-            finder: Any = self._automaton
-            if self._patterns is not None or self._arm_after is not None:
-                finder = StopRules(self._automaton, regex=self._patterns, arm_after=self._arm_after)
-            cut, fired = self._family.cut_whole(response, finder, self._include_stop)
-            return (_json.dumps(cut) if fired else body), fired
-        if not isinstance(response, dict):
-            return body, []
-        cut, fired = cut_response(
-            response,
-            self._automaton,
-            include_stop=self._include_stop,
-            regex=self._patterns,
-            arm_after=self._arm_after,
-        )
+        finder: Any = self._automaton
+        if self._patterns is not None or self._arm_after is not None:
+            finder = StopRules(self._automaton, regex=self._patterns, arm_after=self._arm_after)
+        cut, fired = self._family.cut_whole(response, finder, self._include_stop)
         return (_json.dumps(cut) if fired else body), fired

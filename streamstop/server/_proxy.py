@@ -74,15 +74,15 @@ import anyio.to_thread
 from .. import _json
 from .._families import FAMILIES, FAMILY_PATHS, OPENAI_ALIASES, family_route
 from .._family import Family, LineTooLarge, NDJSONDecoder
+from .._family_openai import OPENAI_PATHS
 from .._faults import Fault
-from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, encode_event, is_whole
+from .._sse import EventSplitter, SSEDecoder, SSEFrameTooLarge, is_whole
 from ._asgi import (
     BodyTooLarge,
     Receive,
     Scope,
     Send,
     call_until_disconnect,
-    error_payload,
     header,
     read_body,
     send_error,
@@ -93,13 +93,17 @@ from ._asgi import (
 from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
-from ._request import InvalidRequest, describe, send_invalid
+from ._request import InvalidRequest, describe
 from ._upstream import Client, Upstream, UpstreamResponse, choose, make_upstream
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = ["ProxyApp", "checked_path", "upstream_error_payload", "upstream_root"]
+
+# The family of every path that is not another family's (the OpenAI API under /v1, a path
+# forwarded by forward_other=True): its error shapes are OpenAI's.
+_OPENAI = FAMILIES[OPENAI_PATHS["/v1/chat/completions"]]
 
 # Hop-by-hop headers (RFC 9110, 7.6.1) and those the proxy sets itself.
 _REQUEST_DROP = frozenset(
@@ -178,9 +182,7 @@ def _snippet(body: bytes, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def upstream_error_payload(
-    status: int, body: bytes, family: Family | None = None
-) -> dict[str, Any]:
+def upstream_error_payload(status: int, body: bytes, family: Family = _OPENAI) -> dict[str, Any]:
     """The body for an upstream error response: itself if it already is an error of the OpenAI
     shape (or Google's: both have ``error.message``), else wrapped in the family's shape."""
     try:
@@ -205,9 +207,7 @@ def upstream_error_payload(
             param = parsed["param"]
     elif body.strip():
         message += f": {_snippet(body)}"
-    if family is not None:
-        return family.error_body(status, message, type=kind, param=param, code=status)
-    return error_payload(message, type=kind, param=param, code=status)
+    return family.error_body(status, message, type=kind, param=param, code=status)
 
 
 def upstream_root(upstream: str) -> str:
@@ -306,7 +306,7 @@ class ProxyApp:
         path: str = scope.get("path", "")
         query: bytes = scope.get("query_string", b"")
         route = family_route(path)  # a native path, or the pattern it matches (Gemini's)
-        family = FAMILIES[FAMILY_PATHS[route]] if route is not None else None
+        family = FAMILIES[FAMILY_PATHS[route]] if route is not None else _OPENAI
         try:
             raw = checked_path(path, scope.get("raw_path"), query)
         except InvalidRequest as error:
@@ -379,22 +379,11 @@ class ProxyApp:
         ).startswith(prefix)
 
 
-async def _send_invalid(send: Send, error: InvalidRequest, family: Family | None) -> None:
-    """Answer ``error`` in the shape of the family's clients (OpenAI's by default)."""
-    if family is None:
-        await send_invalid(send, error)
-        return
+async def _send_invalid(send: Send, error: InvalidRequest, family: Family) -> None:
+    """Answer ``error`` in the shape of the family's clients."""
     payload = family.error_body(error.status, error.message, param=error.param, code=error.code)
-    await send_json(send, error.status, payload)
-
-
-def _error_event(message: str, code: str) -> bytes:
-    return encode_event(error_payload(message, type="server_error", code=code))
-
-
-def _error_line(message: str, code: str) -> bytes:
-    payload = error_payload(message, type="server_error", code=code)
-    return _json.dumps(payload) + b"\n"
+    headers = [(b"allow", error.allow.encode())] if error.allow else []
+    await send_json(send, error.status, payload, headers=headers)
 
 
 def _is_whole_event(pending: bytes) -> bool:
@@ -405,14 +394,14 @@ def _is_whole_event(pending: bytes) -> bool:
     return event is None or is_whole(event)
 
 
-def _asks_for_stream(body: bytes, family: Family | None = None, path: str = "") -> bool:
+def _asks_for_stream(body: bytes, family: Family = _OPENAI, path: str = "") -> bool:
     try:
         request = _json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False
     if not isinstance(request, dict):
         return False
-    return family.streams(request, path) if family is not None else request.get("stream") is True
+    return family.streams(request, path)
 
 
 class _Exchange:
@@ -427,7 +416,7 @@ class _Exchange:
         body: bytes,
         send: Send,
         record: RequestRecord | None,
-        family: Family | None = None,
+        family: Family = _OPENAI,
         path: str = "",
     ) -> None:
         self._family = family
@@ -446,9 +435,6 @@ class _Exchange:
 
     async def _error(self, status: int, message: str, code: str) -> None:
         """This proxy's own error response (502, 504), in the family's shape."""
-        if self._family is None:
-            await send_error(self._send, status, message, type="server_error", code=code)
-            return
         payload = self._family.error_body(status, message, type="server_error", code=code)
         await send_json(self._send, status, payload)
 
@@ -510,7 +496,7 @@ class _Exchange:
             # The body is relayed inflated (_decoded): its encoding changes.
             and not (inflated and key.lower() == b"content-encoding")
         ]
-        ndjson = self._family is not None and self._family.framing == "ndjson"
+        ndjson = self._family.framing == "ndjson"
         if content_type.startswith(b"application/x-ndjson") or (
             ndjson
             and not content_type.startswith((b"application/json", b"text/event-stream"))
@@ -663,8 +649,6 @@ class _Exchange:
         """The last frame of a stream the upstream failed: in its family's shape (numbered
         after the last events ``sent``, if the family numbers them)."""
         family = self._family
-        if family is None:
-            return _error_event(message, code)
         payload = family.error_payload(message, code)
         number = family.number_after(sent)
         if number is not None and family.sequence_field is not None:
@@ -672,10 +656,12 @@ class _Exchange:
         return family.encode(payload)
 
     def _error_line(self, message: str, code: str) -> bytes:
+        """The last line of an NDJSON stream the upstream failed: in its family's shape if the
+        family's streams are NDJSON, else (a line stream on an SSE family's path) OpenAI's."""
         family = self._family
-        if family is not None and family.framing == "ndjson":
+        if family.framing == "ndjson":
             return family.encode(family.error_payload(message, code))
-        return _error_line(message, code)
+        return _json.dumps(_OPENAI.error_payload(message, code)) + b"\n"
 
     async def _relay_lines(
         self, response: UpstreamResponse, status: int, headers: list[tuple[bytes, bytes]]

@@ -2,7 +2,9 @@
 
 Each family has a writer (the upstream's bytes for a list of text pieces, as the real server
 frames them) and a reader (what a client makes of the filtered bytes: the text, the stop that
-ended it, the end marker). Every case runs on the whole input and again fed one byte at a time.
+ended it, the end marker). Every case runs on the whole input and again fed one byte at a time,
+through the filter the family makes (``Family.stream_filter``: a FamilyStream, or OpenAI's
+SSEFilter).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from streamstop import StopAutomaton
 from streamstop._families import FAMILIES
 from streamstop._family import FamilyStream, NDJSONDecoder
 from streamstop._sse import SSEDecoder, SSEFrameTooLarge
+from streamstop._stream_filter import StreamFilter
 
 from ..json_codecs import json_codec  # noqa: F401 (a fixture)
 
@@ -467,7 +470,51 @@ def gemini_read(data: bytes) -> Read:
     return out
 
 
+def openai_bytes(parts: list[str], end: bool = True, error: bool = False) -> bytes:
+    # As the OpenAI API streams a chat completion (openai.types.chat.ChatCompletionChunk): a
+    # role chunk, one chunk per piece, a last chunk with finish_reason, then data: [DONE].
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": part}) for part in parts]
+    if error:
+        chunks.append(
+            {"error": {"message": "x", "type": "server_error", "param": None, "code": None}}
+        )
+    elif end:
+        chunks.append(chunk({}, "stop"))
+    out = _sse([(None, payload) for payload in chunks])
+    return out + b"data: [DONE]\n\n" if end and not error else out
+
+
+def openai_read(data: bytes) -> Read:
+    out = Read("", None, False)
+    decoder = SSEDecoder()
+    events = decoder.feed(data)
+    last = decoder.flush()
+    for event in [*events, *([last] if last is not None else [])]:
+        for name, value in event.fields():
+            if name != b"data" or value.strip() == b"[DONE]":
+                continue
+            payload = json.loads(value)
+            if "error" in payload:
+                out.error = True
+                continue
+            assert not out.ended, "nothing after the choice's end"
+            (choice,) = payload["choices"]
+            out.text += choice["delta"].get("content") or ""
+            if choice.get("finish_reason") is not None:
+                out.ended = True
+                assert choice["finish_reason"] == "stop"
+                out.stop = choice.get("stop_reason")  # the stop, if the filter cut it
+    return out
+
+
 WRITERS: dict[str, tuple[Callable[..., bytes], Callable[[bytes], Read]]] = {
+    "openai": (openai_bytes, openai_read),
     "gemini": (gemini_bytes, gemini_read),
     "anthropic": (anthropic_bytes, anthropic_read),
     "ollama-chat": (_ollama_bytes("message"), _ollama_read("message")),
@@ -477,7 +524,7 @@ WRITERS: dict[str, tuple[Callable[..., bytes], Callable[[bytes], Read]]] = {
     "responses": (responses_bytes, responses_read),
 }
 # Where the end marker names the stop that fired; the others only say a stop ended it.
-NAMES_STOP = {"anthropic", "llama.cpp", "responses"}
+NAMES_STOP = {"openai", "anthropic", "llama.cpp", "responses"}
 # Where a stream must end with an event of its own (Family.unfinished): a body that ends before
 # it is an upstream fault, so the text held back is dropped and an error event ends it.
 ENDS_ITSELF = {"responses"}
@@ -530,8 +577,8 @@ CASES = [
 ]
 
 
-def _run(family: str, case: Case, data: bytes, bytewise: bool) -> tuple[Read, FamilyStream]:
-    stream = FamilyStream(FAMILIES[family], case.stops, n=1, include_stop=case.include_stop)
+def _run(family: str, case: Case, data: bytes, bytewise: bool) -> tuple[Read, StreamFilter]:
+    stream = FAMILIES[family].stream_filter(case.stops, n=1, include_stop=case.include_stop)
     if bytewise:
         out = b"".join(stream.feed(data[i : i + 1]) for i in range(len(data)))
     else:
@@ -572,7 +619,7 @@ def test_the_table_for_every_family(family: str, case: Case, bytewise: bool) -> 
 def test_after_a_cut_later_bytes_are_dropped(family: str) -> None:
     write, read = WRITERS[family]
     data = write(["a.b", "c"])
-    stream = FamilyStream(FAMILIES[family], ".")
+    stream = FAMILIES[family].stream_filter(".")
     first = stream.feed(data)
     assert stream.done
     assert stream.feed(write(["more"])) == b""
@@ -585,7 +632,7 @@ def test_after_a_cut_later_bytes_are_dropped(family: str) -> None:
 def test_an_unchanged_stream_passes_byte_for_byte(family: str) -> None:
     write, _ = WRITERS[family]
     data = write(["Hello", " world"])
-    stream = FamilyStream(FAMILIES[family], "</s>")
+    stream = FAMILIES[family].stream_filter("</s>")
     assert stream.feed(data) + stream.flush() == data
 
 
@@ -593,7 +640,7 @@ def test_an_unchanged_stream_passes_byte_for_byte(family: str) -> None:
 def test_a_frame_over_its_limit_ends_the_stream_in_error(family: str) -> None:
     write, read = WRITERS[family]
     data = write(["ab<", "x" * 500])
-    stream = FamilyStream(FAMILIES[family], "<!", max_line_bytes=300, max_event_bytes=300)
+    stream = FAMILIES[family].stream_filter("<!", max_line_bytes=300, max_event_bytes=300)
     out = stream.feed(data) + stream.flush()
     assert stream.error == "too_large"
     result = read(out)
@@ -605,7 +652,7 @@ def test_a_frame_over_its_limit_ends_the_stream_in_error(family: str) -> None:
 def test_a_body_cut_off_mid_frame_is_an_error(family: str) -> None:
     write, read = WRITERS[family]
     data = write(["ab<", "cd"], end=False)
-    stream = FamilyStream(FAMILIES[family], "<!")
+    stream = FAMILIES[family].stream_filter("<!")
     out = stream.feed(data[:-5]) + stream.flush()
     assert stream.error == "truncated"
     assert read(out).error
@@ -836,7 +883,7 @@ def test_whole_ollama_llamacpp_tgi() -> None:
 def test_any_split_gives_the_reference_cut(text: str, cuts: list[int], family: str) -> None:
     bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
     parts = [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
-    stream = FamilyStream(FAMILIES[family], ["</s>", "<>"])
+    stream = FAMILIES[family].stream_filter(["</s>", "<>"])
     out = stream.feed(WRITERS[family][0](parts))
     out += stream.flush()
     read = WRITERS[family][1](out)
@@ -878,7 +925,7 @@ def test_a_frame_that_is_not_json_ends_the_stream_in_error(family: str, bytewise
     frames = data.split(separator)
     text_frame = next(i for i, frame in enumerate(frames) if b"ab<" in frame)
     head = separator.join(frames[: text_frame + 1]) + separator
-    stream = FamilyStream(FAMILIES[family], "<!")
+    stream = FAMILIES[family].stream_filter("<!")
     body = head + broken
     pieces = [body[i : i + 1] for i in range(len(body))] if bytewise else [body]
     out = b"".join(stream.feed(piece) for piece in pieces) + stream.flush()
@@ -901,3 +948,87 @@ def test_the_llamacpp_handbook_page_runs() -> None:
     result = doctest.testfile(str(page), module_relative=False)
     assert result.failed == 0
     assert result.attempted >= 4  # one example per difference, at the least
+
+
+# -- OpenAI's chat and completions: an adapter like the others, with a core of its own ----------
+
+
+def test_every_family_makes_a_filter_of_the_one_protocol() -> None:
+    from streamstop.chat import SSEFilter
+
+    # Both cores are StreamFilters to mypy (these annotations) and at run time.
+    cores: list[StreamFilter] = [SSEFilter("x"), FamilyStream(FAMILIES["anthropic"], "x")]
+    made = {name: family.stream_filter("</s>") for name, family in FAMILIES.items()}
+    assert all(isinstance(stream, StreamFilter) for stream in [*cores, *made.values()])
+    assert type(made.pop("openai")) is SSEFilter  # its usual-event fast path kept
+    assert {type(stream) for stream in made.values()} == {FamilyStream}
+
+
+def test_the_openai_filter_is_made_with_every_option() -> None:
+    sse = FAMILIES["openai"].stream_filter(
+        ["</s>"], n=2, include_stop=True, include_usage=True, regex=r"\d\d", arm_after="|"
+    )
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "12|a 34</s>"}}]}
+    out = sse.feed(_sse([(None, chunk)]) + _sse([(None, {**chunk, "choices": []})]))
+    (cut, *_) = _sse_payloads(out)
+    assert cut["choices"][0]["delta"]["content"] == "12|a 34"  # the regex stop, kept
+    assert cut["choices"][0]["stop_reason"] == "\\d\\d"
+    assert not sse.done  # n=2: the other choice goes on
+
+
+@pytest.mark.parametrize(
+    ("request_", "slots"),
+    [
+        pytest.param({}, 1, id="no n"),
+        pytest.param({"n": 3}, 3, id="n"),
+        pytest.param({"prompt": "x", "n": 2}, 2, id="one prompt"),
+        pytest.param({"prompt": [1, 2, 3]}, 1, id="one prompt in tokens"),
+        pytest.param({"prompt": ["a", "b"], "n": 2}, 4, id="a batch of prompts: n each"),
+        pytest.param({"prompt": [[1], [2]]}, 2, id="a batch of prompts in tokens"),
+    ],
+)
+def test_openai_choices(request_: dict[str, Any], slots: int) -> None:
+    assert FAMILIES["openai"].slots(request_) == slots
+
+
+def test_openai_usage_only_when_asked() -> None:
+    family = FAMILIES["openai"]
+    assert family.include_usage({"stream_options": {"include_usage": True}})
+    assert not family.include_usage({"stream_options": {"include_usage": "yes"}})
+    assert not family.include_usage({"stream_options": None})
+    assert not FAMILIES["anthropic"].include_usage({"stream_options": {"include_usage": True}})
+
+
+def test_whole_openai_is_cut_response() -> None:
+    from streamstop import StopRules
+    from streamstop._chunks import cut_response
+
+    chat = {
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a STOP b"}},
+            {"index": 1, "text": "x 12 y", "finish_reason": "length"},
+        ]
+    }
+    assert _whole("openai", chat) == cut_response(chat, ["STOP"])
+    assert _whole("openai", chat)[1] == ["STOP"]
+    # As the middleware passes them: anything whose find is StopAutomaton.find's (cut_text).
+    rules: Any = StopRules("STOP", regex=r"\d\d")
+    assert FAMILIES["openai"].cut_whole(chat, rules, True) == cut_response(
+        chat, "STOP", regex=r"\d\d", include_stop=True
+    )
+    assert FAMILIES["openai"].cut_whole(chat, rules, True)[1] == ["STOP", "12"]
+    assert _whole("openai", [chat]) == ([chat], [])  # not an object: as it is
+
+
+def test_openai_modules_all_and_doctests() -> None:
+    import doctest
+
+    import streamstop._family_openai as openai
+    import streamstop._stream_filter as protocol
+
+    from ..public_api import public_definitions
+
+    assert set(openai.__all__) == public_definitions(openai) | {"OPENAI_ALIASES", "OPENAI_PATHS"}
+    assert set(protocol.__all__) == public_definitions(protocol)
+    for module in (openai, protocol):
+        assert doctest.testmod(module).failed == 0
