@@ -276,8 +276,8 @@ class ProxyApp:
         # The clients made so far, by kind (aiohttp's on asyncio, httpx's under trio): like
         # the client each holds, they belong to the event loop that made them.
         self._upstreams: dict[str, Upstream] = {}
-        # The upstream root's (scheme, host, port) and path prefix, parsed at the first request.
-        self._base: tuple[tuple[str, str, int | None], bytes] | None = None
+        # The upstream root's (scheme, host, port) and path prefix, as each client parses it.
+        self._bases: dict[Upstream, tuple[tuple[str, str, int | None], str]] = {}
 
     @property
     def max_body_size(self) -> int:
@@ -347,36 +347,29 @@ class ProxyApp:
         headers.append((b"accept-encoding", b"identity"))
         if self.api_key is not None:
             headers.append((b"authorization", f"Bearer {self.api_key}".encode()))
-        if not self._under_base(url):
+        upstream = self._get_upstream()
+        if not self._under_base(url, upstream):
             await _send_invalid(send, _bad_path(f"Invalid request path: {path!r}."), family)
             return
         exchange = _Exchange(
             self, scope["method"], url, headers, body, send, record_of(scope), family, path
         )
-        upstream = self._get_upstream()
         await call_until_disconnect(receive, lambda: exchange.forward(upstream), scope)
 
-    def _under_base(self, target: str) -> bool:
-        """Whether ``target`` parses, as a URL under the upstream's root (parsed as httpx does,
-        whichever client sends it: the same rule for both)."""
-        import httpx
-
-        try:
-            url = httpx.URL(target)
-        except ValueError:  # httpx.InvalidURL: what the path checks missed
+    def _under_base(self, target: str, upstream: Upstream) -> bool:
+        """Whether ``target`` parses, as a URL under the upstream's root, parsed as the client
+        that sends it parses it (what it would connect to is what is checked)."""
+        url = upstream.locate(target)
+        if url is None:  # what the path checks missed
             return False
-        base = self._base
+        base = self._bases.get(upstream)
         if base is None:
-            # Parsed once, not per request (a parse cost about 1% of a proxied request).
-            parsed = httpx.URL(self.root)
-            base = self._base = (
-                (parsed.scheme, parsed.host, parsed.port),
-                parsed.raw_path.rstrip(b"/") + b"/",
-            )
+            # Parsed once per client, not per request.
+            parsed = upstream.locate(self.root)
+            assert parsed is not None, self.root  # checked in __init__
+            base = self._bases[upstream] = (parsed[0], parsed[1].rstrip("/") + "/")
         origin, prefix = base
-        return (url.scheme, url.host, url.port) == origin and (
-            url.raw_path.split(b"?")[0] + b"/"
-        ).startswith(prefix)
+        return url[0] == origin and (url[1] + "/").startswith(prefix)
 
 
 async def _send_invalid(send: Send, error: InvalidRequest, family: Family) -> None:

@@ -13,6 +13,10 @@ The interface (:class:`Upstream`, :class:`UpstreamResponse`), the same whichever
   read. ``url`` is sent as it is (percent-encoded, never re-quoted); redirects are not
   followed; the request carries ``headers`` (bytes pairs) and the client's own ``Host`` and
   ``Content-Length``, nothing that would change the body (no content type added).
+- ``upstream.locate(url)`` is where ``send`` would send ``url``, as this client parses it:
+  ``((scheme, host, port), path)`` (the path percent-encoded, without the query), or ``None``
+  if it does not parse. The proxy checks it against the upstream's root: the rule is the
+  sender's own, so no difference between two parsers can take a request elsewhere.
 - ``response.pieces()`` is the body as it arrives: transfer coding removed, content coding
   kept (``Content-Encoding`` is the caller's to undo). With aiohttp a piece is everything read
   so far, several events of a fast stream; with httpx one HTTP chunk.
@@ -59,8 +63,13 @@ class UpstreamResponse(Protocol):
     async def aclose(self) -> None: ...
 
 
+Location = tuple[tuple[str, str, int | None], str]
+
+
 class Upstream(Protocol):
     errors: tuple[type[BaseException], ...]
+
+    def locate(self, url: str) -> Location | None: ...
 
     async def send(
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes
@@ -152,6 +161,17 @@ class HttpxUpstream:
             )
         self._client = client
         self._timeout = httpx.TimeoutException
+        self._url = httpx.URL
+
+    def locate(self, url: str) -> Location | None:
+        try:
+            parsed = self._url(url)
+        except ValueError:  # httpx.InvalidURL
+            return None
+        if not parsed.host or not parsed.is_absolute_url:
+            return None
+        path = parsed.raw_path.split(b"?")[0].decode("ascii")
+        return (parsed.scheme, parsed.host, parsed.port), path
 
     async def send(
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes
@@ -205,13 +225,25 @@ class AiohttpUpstream:
             # The body is relayed as received; gzip and deflate are inflated by the proxy, in
             # bounded pieces (._inflate).
             auto_decompress=False,
-            # As httpx: HTTP(S)_PROXY and NO_PROXY are read from the environment.
-            trust_env=True,
+            # Not trust_env: aiohttp would then read ~/.netrc and the proxy variables in a thread
+            # on every request (two thread hops before the request goes out, and a netrc
+            # password added to requests without one). httpx, given a transport of its own,
+            # reads neither either: the upstream is reached direct.
+            trust_env=False,
             max_line_size=_MAX_HEAD_LINE,
             max_field_size=_MAX_HEAD_LINE,
             # The client's body goes as it came: no content type of aiohttp's own.
             skip_auto_headers=("Content-Type",),
         )
+
+    def locate(self, url: str) -> Location | None:
+        try:
+            parsed = self._url(url, encoded=True)
+        except ValueError:
+            return None
+        if parsed.host is None or not parsed.is_absolute():
+            return None
+        return (parsed.scheme, parsed.host, parsed.port), parsed.raw_path
 
     async def send(
         self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes

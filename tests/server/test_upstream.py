@@ -115,3 +115,67 @@ async def test_a_body_in_an_encoding_not_inflated_here_is_relayed_as_received() 
     assert response.status_code == 200
     assert response.headers["content-encoding"] == "br"
     assert raw == body
+
+
+@pytest.mark.asyncio
+async def test_the_upstream_is_reached_direct_whatever_the_proxy_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As before aiohttp: httpx, given a transport of its own, reads no HTTP_PROXY.
+    async with (
+        raw_upstream(lambda _: http_response("200 OK", "application/json", ANSWER)) as upstream,
+        raw_upstream(lambda _: http_response("200 OK", "application/json", ANSWER)) as forward,
+    ):
+        monkeypatch.setenv("HTTP_PROXY", forward.url.removesuffix("/v1"))
+        monkeypatch.setenv("http_proxy", forward.url.removesuffix("/v1"))
+        async with proxied(upstream.url) as (client, _):
+            response = await client.post("/chat/completions", json=CHAT)
+    assert response.status_code == 200, response.text
+    assert len(upstream.requests) == 1
+    assert forward.requests == []
+
+
+@pytest.mark.asyncio
+async def test_no_netrc_password_is_added(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login me password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    async with (
+        raw_upstream(lambda _: http_response("200 OK", "application/json", ANSWER)) as upstream,
+        proxied(upstream.url) as (client, _),
+    ):
+        response = await client.post("/chat/completions", json=CHAT)
+    assert response.status_code == 200
+    assert b"authorization" not in upstream.requests[0].lower()
+
+
+LOCATIONS = {
+    "a path under the root": ("http://up:8001/v1/chat/completions?x=1", "/v1/chat/completions"),
+    "percent-encoding kept": ("http://up:8001/v1/a%2Db", "/v1/a%2Db"),
+    "no path": ("http://up:8001", "/"),
+    "not a URL": ("up:8001/v1", None),
+}
+
+
+@pytest.mark.parametrize("case", LOCATIONS)
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+def test_locate_is_where_the_client_would_send(case: str, kind: Any) -> None:
+    from streamstop.server._upstream import make_upstream
+
+    url, path = LOCATIONS[case]
+
+    async def located() -> Any:
+        upstream = make_upstream(kind, 1.0, None)
+        try:
+            return upstream.locate(url)
+        finally:
+            await upstream.aclose()
+
+    found = asyncio.run(located())
+    if path is None:
+        assert found is None
+    else:
+        assert found is not None
+        (scheme, host, _), got = found
+        assert (scheme, host, got) == ("http", "up", path)
