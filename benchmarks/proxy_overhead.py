@@ -1394,7 +1394,8 @@ def render(
         "",
         f"{_UNFILTERED.capitalize()}: the proxy, sent the same requests without `stop`: the "
         "middleware hands them to the proxy and leaves the response alone (no filter, no "
-        "interception). The difference with proxy/h11 is what filtering costs.",
+        f"interception). The difference with proxy/{result.get('primary_parser', 'h11')} is "
+        "what filtering costs.",
         "",
         "Transit: from the upstream's write of an event to the client's read of it. The "
         "upstream does not wait between events, so under load this is mostly queueing. RSS per "
@@ -1451,7 +1452,8 @@ def render(
     ]
     for name, found in result["profiles"].items():
         parts += [
-            f"## Profile of the {name} (cProfile, h11, {levels[1].concurrency} streams; "
+            f"## Profile of the {name} (cProfile, {result.get('primary_parser', 'h11')}, "
+            f"{levels[1].concurrency} streams; "
             "cProfile inflates every call, read the shares)",
             "",
             f"{found['total_us_per_event']:.1f} µs of profiled time per event, by package "
