@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .._cli import SERVER_COMMANDS
 from .._extras import install_hint
 from ._limits import RequestLimits
+from ._upstream import CLIENTS
 
 if TYPE_CHECKING:
     from ._asgi import ASGIApp
@@ -418,7 +419,7 @@ def add_server_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     proxy_flags.add(
         proxy,
         "--upstream-client",
-        choices=("auto", "aiohttp", "httpx"),
+        choices=CLIENTS,
         default="auto",
         help="the HTTP client the upstream is read with: aiohttp parses in C (the fast extra), "
         "httpx in Python (auto: aiohttp if installed)",
@@ -658,7 +659,8 @@ def _run_proxy(args: argparse.Namespace) -> int:
         return 2
     from ._proxy import ProxyApp
 
-    ProxyApp(settings["upstream"])  # checks the URL before anything listens
+    # Checks the URL, and that the client asked for is installed, before anything listens.
+    ProxyApp(settings["upstream"], upstream_client=settings["upstream_client"])
     sock = _open("proxy", settings["host"], settings["port"])
     if sock is None:
         return 1

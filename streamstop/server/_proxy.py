@@ -94,7 +94,15 @@ from ._inflate import INFLATABLE, Inflater, ResponseTooLarge
 from ._limits import RequestLimits
 from ._record import RequestRecord, record_of
 from ._request import InvalidRequest, describe
-from ._upstream import Client, Upstream, UpstreamResponse, choose, make_upstream
+from ._upstream import (
+    Client,
+    Upstream,
+    UpstreamResponse,
+    aiohttp_missing,
+    checked,
+    choose,
+    make_upstream,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -267,11 +275,12 @@ class ProxyApp:
             limits = dataclasses.replace(limits, max_body_bytes=max_body_size)
         self.limits = limits
         self.routes = None if routes is None else frozenset(routes)
-        if upstream_client not in ("auto", "aiohttp", "httpx"):
-            raise ValueError(
-                f"upstream_client must be 'auto', 'aiohttp' or 'httpx', got {upstream_client!r}"
-            )
-        self.upstream_client: Client = "httpx" if client is not None else upstream_client
+        checked(upstream_client)
+        if client is not None:
+            upstream_client = "httpx"
+        elif upstream_client == "aiohttp" and (missing := aiohttp_missing()) is not None:
+            raise ValueError(missing)  # before anything listens, not at the first request
+        self.upstream_client: Client = upstream_client
         self._client = client
         # The clients made so far, by kind (aiohttp's on asyncio, httpx's under trio): like
         # the client each holds, they belong to the event loop that made them.
@@ -347,7 +356,14 @@ class ProxyApp:
         headers.append((b"accept-encoding", b"identity"))
         if self.api_key is not None:
             headers.append((b"authorization", f"Bearer {self.api_key}".encode()))
-        upstream = self._get_upstream()
+        try:
+            upstream = self._get_upstream()
+        except RuntimeError as error:  # upstream_client="aiohttp" under trio
+            payload = family.error_body(
+                500, str(error), type="server_error", code="upstream_client_unavailable"
+            )
+            await send_json(send, 500, payload)
+            return
         if not self._under_base(url, upstream):
             await _send_invalid(send, _bad_path(f"Invalid request path: {path!r}."), family)
             return

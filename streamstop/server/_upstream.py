@@ -43,7 +43,15 @@ if TYPE_CHECKING:
     import aiohttp
     import httpx
 
-__all__ = ["CLIENTS", "Upstream", "UpstreamResponse", "choose", "make_upstream"]
+__all__ = [
+    "CLIENTS",
+    "Upstream",
+    "UpstreamResponse",
+    "aiohttp_missing",
+    "checked",
+    "choose",
+    "make_upstream",
+]
 
 Client = Literal["auto", "aiohttp", "httpx"]
 CLIENTS: tuple[Client, ...] = ("auto", "aiohttp", "httpx")
@@ -90,21 +98,32 @@ def _on_asyncio() -> bool:
     return True
 
 
+def checked(client: object) -> Client:
+    """``client`` if it names a client (:data:`CLIENTS`), else a ValueError naming it."""
+    if client not in CLIENTS:
+        raise ValueError(f"upstream_client must be one of {', '.join(CLIENTS)}, got {client!r}")
+    return client
+
+
+def aiohttp_missing() -> str | None:
+    """Why ``upstream_client='aiohttp'`` cannot run here, if aiohttp is not installed."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "upstream_client='aiohttp' needs aiohttp: pip install 'streamstop[fast]'"
+    return None
+
+
 def choose(client: Client) -> Literal["aiohttp", "httpx"]:
     """The client to use in the running event loop: ``"auto"`` is aiohttp on asyncio when it is
     installed, else httpx. Asking for aiohttp without it, or under trio, is an error that says
     which."""
-    if client not in CLIENTS:
-        raise ValueError(f"upstream_client must be one of {', '.join(CLIENTS)}, got {client!r}")
-    if client == "httpx":
+    if checked(client) == "httpx":
         return "httpx"
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
+    missing = aiohttp_missing()
+    if missing is not None:
         if client == "aiohttp":
-            raise RuntimeError(
-                "upstream_client='aiohttp' needs aiohttp: pip install 'streamstop[fast]'"
-            ) from None
+            raise RuntimeError(missing)
         return "httpx"
     if not _on_asyncio():
         if client == "aiohttp":

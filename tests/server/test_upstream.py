@@ -12,7 +12,7 @@ import anyio
 import httpx
 import pytest
 
-from streamstop.server import ProxyApp
+from streamstop.server import ProxyApp, StopMiddleware
 from streamstop.server._upstream import choose
 
 from .conftest import http_response, proxied, raw_upstream
@@ -51,6 +51,29 @@ def test_aiohttp_asked_for_where_it_cannot_run_says_why(monkeypatch: pytest.Monk
     assert asyncio.run(_choose("auto")) == "httpx"
     with pytest.raises(RuntimeError, match=r"needs aiohttp: pip install 'streamstop\[fast\]'"):
         asyncio.run(_choose("aiohttp"))
+
+
+def test_aiohttp_asked_for_without_it_is_refused_before_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # not installed
+    with pytest.raises(ValueError, match=r"needs aiohttp: pip install 'streamstop\[fast\]'"):
+        ProxyApp("http://localhost:8000/v1", upstream_client="aiohttp")
+    assert ProxyApp("http://localhost:8000/v1").upstream_client == "auto"
+
+
+def test_aiohttp_asked_for_under_trio_is_a_json_500_that_says_why() -> None:
+    async def ask() -> httpx.Response:
+        proxy = ProxyApp("http://127.0.0.1:9/v1", upstream_client="aiohttp")
+        transport = httpx.ASGITransport(app=StopMiddleware(proxy))
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy/v1") as client:
+            return await client.post("/chat/completions", json=CHAT)
+
+    response = anyio.run(ask, backend="trio")
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "upstream_client_unavailable"
+    assert "runs on asyncio only" in error["message"]
 
 
 def test_a_client_given_is_the_one_used() -> None:
