@@ -439,6 +439,7 @@ class _Exchange:
         self._record = record
         self._kind: Fault | None = None  # the upstream's fault, if any
         self._upstream: Upstream | None = None
+        self._encoding = b"identity"  # the response's Content-Encoding, once it is in
         # What a stream's reading may raise, the client's errors with this module's own.
         self._faults: tuple[type[BaseException], ...] = ()
 
@@ -489,6 +490,7 @@ class _Exchange:
         status = response.status
         raw_headers = response.headers
         content_type = (header(raw_headers, b"content-type") or b"").lower()
+        self._encoding = (header(raw_headers, b"content-encoding") or b"identity").lower()
         if status >= 400:
             self._fault(Fault.STATUS)
             body = await self._read(response)
@@ -496,7 +498,7 @@ class _Exchange:
             payload = upstream_error_payload(status, body, self._family)
             await send_json(self._send, status, payload)
             return
-        inflated = (header(raw_headers, b"content-encoding") or b"").lower() in INFLATABLE
+        inflated = self._encoding in INFLATABLE
         headers = [
             (key, value)
             for key, value in raw_headers
@@ -531,10 +533,9 @@ class _Exchange:
 
         Otherwise the client's own iterator: no generator of ours between the upstream's reads
         and the relay (a few µs per event)."""
-        encoding = (header(response.headers, b"content-encoding") or b"identity").lower()
-        if encoding not in INFLATABLE:
+        if self._encoding not in INFLATABLE:
             return response.pieces()
-        return self._inflated(response, encoding)
+        return self._inflated(response, self._encoding)
 
     async def _inflated(
         self, response: UpstreamResponse, encoding: bytes
@@ -580,11 +581,11 @@ class _Exchange:
     ) -> None:
         upstream = self._proxy.upstream
         body = await self._read(response)
-        encoding = (header(response.headers, b"content-encoding") or b"identity").lower()
         if (
             body is not None
             and content_type.startswith(b"application/json")
-            and (encoding == b"identity" or encoding in INFLATABLE)
+            # Relayed as received in another encoding (br): nothing here can parse it.
+            and (self._encoding == b"identity" or self._encoding in INFLATABLE)
         ):
             # Checked up to the size a request may have: the parse holds the GIL, beyond that
             # only the body's completeness is checked (by the client, against its framing).
