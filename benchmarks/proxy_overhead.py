@@ -204,28 +204,33 @@ async def _run_upstream() -> None:
 _HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"host", b"content-length"}
 
 
+async def _request_body(receive: Any) -> bytes:
+    """The request's body, whole (the relays forward it in one piece, as the proxy does)."""
+    body = b""
+    while True:
+        message = await receive()
+        chunk: bytes = message.get("body", b"")
+        body += chunk
+        if not message.get("more_body"):
+            return body
+
+
 def relay_app(upstream: str) -> Callable[..., Any]:
     import httpx
 
+    from streamstop.server._asgi import serve_lifespan
+
     client: list[httpx.AsyncClient] = []
+
+    async def close() -> None:
+        if client:
+            await client[0].aclose()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    if client:
-                        await client[0].aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            await serve_lifespan(receive, send, on_shutdown=close)
+            return
+        body = await _request_body(receive)
         if not client:
             client.append(
                 httpx.AsyncClient(
@@ -257,28 +262,23 @@ def relay_app(upstream: str) -> Callable[..., Any]:
 
 def aiohttp_relay_app(upstream: str) -> Callable[..., Any]:
     """The bare relay on the faster stack: aiohttp's client (its C parser, llhttp) reading the
-    upstream, each read's bytes passed on as they come (``iter_any``), as the proxy reads them."""
+    upstream, each HTTP chunk passed on as aiohttp yields it (``iter_chunks``), as the httpx
+    relay passes on each piece httpx yields."""
     import aiohttp
+
+    from streamstop.server._asgi import serve_lifespan
 
     session: list[aiohttp.ClientSession] = []
 
+    async def close() -> None:
+        if session:
+            await session[0].close()
+
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    if session:
-                        await session[0].close()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            await serve_lifespan(receive, send, on_shutdown=close)
+            return
+        body = await _request_body(receive)
         if not session:
             session.append(
                 aiohttp.ClientSession(
